@@ -1,0 +1,82 @@
+"""The whole trajlake exception tree: every error about data, lake state or environment."""
+
+from __future__ import annotations
+
+
+class TrajlakeError(Exception):
+    """Base class of every error trajlake raises about data, lake state or environment."""
+
+
+class LakeNotFound(TrajlakeError):
+    """No lake exists at the given URI (create it with `trajlake init` or `create=True`)."""
+
+
+class LakeAlreadyExists(TrajlakeError):
+    """A lake already exists where a new one was to be created."""
+
+
+class LakeCorrupt(TrajlakeError):
+    """The lake's metadata or tables are inconsistent; `trajlake validate` says what."""
+
+
+class UnsupportedStorage(TrajlakeError):
+    """The URI scheme or storage option is not supported by this installation."""
+
+
+class MissingExtra(TrajlakeError):
+    """An optional dependency is missing; the message names the `pip install` that fixes it."""
+
+
+class LockTimeout(TrajlakeError):
+    """The lake's commit lock could not be acquired in time."""
+
+
+class CommitConflict(TrajlakeError):
+    """A commit could not be completed after retrying concurrent-writer conflicts."""
+
+
+class NoSuchSnapshot(TrajlakeError):
+    """A snapshot id, tag or timestamp does not resolve to a snapshot of this lake."""
+
+
+class SnapshotExpired(NoSuchSnapshot):
+    """The snapshot existed but fell out of the retention window; tag snapshots to keep them."""
+
+
+class NoSuchTag(NoSuchSnapshot):
+    """No tag has this name."""
+
+
+class TagAlreadyExists(TrajlakeError):
+    """Tags are immutable: a tag with this name already exists."""
+
+
+class NoSuchTable(TrajlakeError):
+    """The lake has no table with this name."""
+
+
+class NoSuchTrajectory(TrajlakeError):
+    """No trajectory has this id at the requested snapshot."""
+
+
+class SchemaMismatch(TrajlakeError):
+    """Data to be written does not match the table's schema; the message names the columns."""
+
+
+class ReadOnlyQuery(TrajlakeError):
+    """A statement that would modify data was sent to the read-only query session."""
+
+
+class InvalidRecord(TrajlakeError):
+    """A source record failed to parse or validate (file, line and field in the message)."""
+
+
+class FormatDetectionError(TrajlakeError):
+    """The input's format could not be detected; pass `--format` explicitly."""
+
+
+def missing_extra(package: str, extra: str) -> MissingExtra:
+    """Build the error for a missing optional dependency, with the exact install command."""
+    return MissingExtra(
+        f"{package} is required for this feature; install it with: pip install 'trajlake[{extra}]'"
+    )

@@ -1,0 +1,21 @@
+"""The lake: versioned Delta tables pinned together by snapshots, with tags and maintenance."""
+
+from trajlake.lake._lake import CommitResult, Lake, LakeSettings, SnapshotRef, init_lake, open_lake
+from trajlake.lake._log import Snapshot, Tag
+from trajlake.lake._maintain import MaintenanceReport
+from trajlake.lake._validate import ValidationReport
+from trajlake.lake._writer import BufferedWriter
+
+__all__ = [
+    "BufferedWriter",
+    "CommitResult",
+    "Lake",
+    "LakeSettings",
+    "MaintenanceReport",
+    "Snapshot",
+    "SnapshotRef",
+    "Tag",
+    "ValidationReport",
+    "init_lake",
+    "open_lake",
+]

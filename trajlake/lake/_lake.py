@@ -1,0 +1,338 @@
+"""`Lake`: open/create a lake, commit data atomically across tables, resolve snapshots and tags."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from trajlake.errors import LakeAlreadyExists, LakeCorrupt, LakeNotFound
+from trajlake.lake._dedupe import KeyIndex
+from trajlake.lake._lock import commit_lock
+from trajlake.lake._log import Snapshot, SnapshotLog, Tag, utc_now
+from trajlake.lake._storage import LakeLocation, MetadataStore, parse_location
+from trajlake.lake._tables import TableStore, validate_table_name
+from trajlake.records import trajectories_to_tables
+from trajlake.schema import SCHEMA_VERSION, TABLES, CanonicalTrajectory
+
+if TYPE_CHECKING:
+    from trajlake.lake._maintain import MaintenanceReport
+    from trajlake.lake._validate import ValidationReport
+    from trajlake.lake._writer import BufferedWriter
+    from trajlake.query import QueryResult, QuerySession
+
+log = logging.getLogger(__name__)
+
+LAKE_FORMAT_VERSION = 1
+_CONFIG = ("_trajlake", "lake.json")
+SnapshotRef = int | str | dt.datetime | None
+"""A snapshot reference: id, tag name, 'latest', an ISO timestamp string, a datetime or None."""
+
+
+@dataclass(frozen=True)
+class LakeSettings:
+    """Per-lake maintenance settings, stored in `_trajlake/lake.json`."""
+
+    auto_maintain_every: int = 50
+    """Run incremental maintenance after this many commits (0 disables it)."""
+    compact_min_files: int = 16
+    """Compact a table once it has at least this many small files."""
+    target_file_mb: int = 100
+    """Target size of compacted Parquet files."""
+    log_versions: int = 100
+    """Delta log versions kept per table for time travel (tagged versions are always kept)."""
+    retention_hours: int = 168
+    """Data files removed by compaction are deleted only after this long (and never if tagged)."""
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one commit stored."""
+
+    snapshot: Snapshot
+    added: dict[str, int] = field(default_factory=dict)
+    duplicates: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def snapshot_id(self) -> int:
+        """Id of the snapshot that holds the commit (the previous one if nothing was new)."""
+        return self.snapshot.snapshot_id
+
+
+def open_lake(
+    uri: str | os.PathLike[str],
+    *,
+    create: bool = False,
+    storage_options: Mapping[str, str] | None = None,
+) -> Lake:
+    """Open the lake at `uri` (local path, `memory://NAME`, `s3://…`, `gs://…`, `az://…`).
+
+    Args:
+        uri: where the lake lives.
+        create: create the lake if it does not exist yet.
+        storage_options: delta-rs storage options for object stores (credentials, endpoint).
+    """
+    location = parse_location(uri, storage_options)
+    store = MetadataStore(location)
+    if not store.exists(*_CONFIG):
+        if not create:
+            raise LakeNotFound(
+                f"no trajlake lake at {os.fspath(uri)!r}; create one with "
+                f"`trajlake init --lake {os.fspath(uri)}` or open_lake(..., create=True)"
+            )
+        return Lake._create(location, store)
+    return Lake(location, store)
+
+
+def init_lake(
+    uri: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None
+) -> Lake:
+    """Create a new lake (LakeAlreadyExists if one is there)."""
+    location = parse_location(uri, storage_options)
+    store = MetadataStore(location)
+    if store.exists(*_CONFIG):
+        raise LakeAlreadyExists(f"a lake already exists at {os.fspath(uri)!r}")
+    return Lake._create(location, store)
+
+
+class Lake:
+    """A trajectory lake: versioned Delta tables pinned together by lake snapshots."""
+
+    def __init__(self, location: LakeLocation, store: MetadataStore) -> None:
+        self.location = location
+        self._store = store
+        config = json.loads(store.read(*_CONFIG))
+        if config.get("format_version", 0) > LAKE_FORMAT_VERSION:
+            raise LakeCorrupt(
+                f"lake format {config['format_version']} is newer than this trajlake supports "
+                f"({LAKE_FORMAT_VERSION}); upgrade trajlake"
+            )
+        self.settings = LakeSettings(**config.get("settings", {}))
+        self._config = config
+        self._log = SnapshotLog(store)
+        self._tables = TableStore(location)
+        self._keys = KeyIndex(location, self._tables)
+        self._commits_since_maintenance = 0
+
+    @classmethod
+    def _create(cls, location: LakeLocation, store: MetadataStore) -> Lake:
+        with commit_lock(location.uri, location.storage_options):
+            if not store.exists(*_CONFIG):
+                versions = TableStore(location).create_all()
+                snapshot = Snapshot(0, utc_now(), "init", versions, {}, None)
+                SnapshotLog(store).append(snapshot)
+                config = {
+                    "format": "trajlake",
+                    "format_version": LAKE_FORMAT_VERSION,
+                    "schema_version": SCHEMA_VERSION,
+                    "created_at": utc_now(),
+                    "settings": asdict(LakeSettings()),
+                }
+                # Written last: a lake exists once its config does.
+                store.write(json.dumps(config, indent=2).encode(), *_CONFIG)
+        return cls(location, store)
+
+    @property
+    def uri(self) -> str:
+        """The lake's root URI (absolute path for local lakes)."""
+        return self.location.uri
+
+    def __repr__(self) -> str:
+        return f"Lake({self.uri!r})"
+
+    # Snapshots and tags --------------------------------------------------------------------
+
+    def snapshot(self, at: SnapshotRef = None) -> Snapshot:
+        """Resolve a snapshot reference: None/'latest', an id, a tag name or a timestamp."""
+        if at is None or at == "latest":
+            return self._log.latest()
+        if isinstance(at, bool):
+            raise TypeError("snapshot reference must be an id, tag, timestamp or 'latest'")
+        if isinstance(at, int):
+            return self._log.get(at)
+        if isinstance(at, dt.datetime):
+            return self._log.at_time(at)
+        if isinstance(at, str):
+            text = at.strip()
+            if text.isdigit():
+                return self._log.get(int(text))
+            if text.startswith("@") or ("T" in text and text[:4].isdigit() and "-" in text):
+                when = dt.datetime.fromisoformat(text.lstrip("@"))
+                return self._log.at_time(when)
+            return self._log.get(self._log.get_tag(text).snapshot_id)
+        raise TypeError(f"cannot resolve snapshot reference {at!r}")
+
+    def snapshots(self) -> list[Snapshot]:
+        """Every snapshot, oldest first."""
+        return self._log.all()
+
+    def tag(self, name: str, *, at: SnapshotRef = None, note: str = "") -> Tag:
+        """Give a snapshot an immutable name; its table versions stay readable for good."""
+        from trajlake.lake._maintain import protect_versions
+
+        with self._lock():
+            snap = self.snapshot(at)
+            tag = self._log.create_tag(name, snap.snapshot_id, note)
+            protect_versions(self._tables, snap.tables)
+        return tag
+
+    def tags(self) -> list[Tag]:
+        """All tags."""
+        return self._log.tags()
+
+    # Writing ---------------------------------------------------------------------------------
+
+    def _lock(self) -> Any:
+        return commit_lock(self.location.uri, self.location.storage_options)
+
+    def commit(
+        self,
+        tables: Mapping[str, pa.Table],
+        *,
+        operation: str = "append",
+        summary: Mapping[str, Any] | None = None,
+    ) -> CommitResult:
+        """Append rows to several tables in one snapshot: all of them become visible or none.
+
+        Rows whose key is already stored are dropped (re-ingest is a no-op); messages follow
+        their trajectories. When nothing is new, no snapshot is created.
+        """
+        for name in tables:
+            validate_table_name(name)
+        commit_id = uuid.uuid4().hex
+        with self._lock():
+            head = self._log.latest()
+            self._repair(head)
+            deduped = self._keys.dedupe(tables, head.tables)
+            to_write = {n: t for n, t in deduped.tables.items() if t.num_rows}
+            added = {n: t.num_rows for n, t in deduped.tables.items()}
+            if not to_write:
+                return CommitResult(head, added, deduped.duplicates)
+            versions = dict(head.tables)
+            for name, data in to_write.items():
+                versions[name] = self._tables.append(name, data, commit_id)
+            info = {"commit_id": commit_id, "added": added, **(summary or {})}
+            snap = Snapshot(head.snapshot_id + 1, utc_now(), operation, versions, info, head.snapshot_id)
+            self._log.append(snap)
+        self._commits_since_maintenance += 1
+        every = self.settings.auto_maintain_every
+        if every and self._commits_since_maintenance >= every:
+            self.maintain(incremental=True)
+        return CommitResult(snap, added, deduped.duplicates)
+
+    def _repair(self, head: Snapshot) -> None:
+        """Undo table versions no snapshot pins: a writer died between its data and its log entry.
+
+        Runs under the commit lock, so no live writer can own such versions.
+        """
+        for name, pinned in head.tables.items():
+            latest = self._tables.latest_version(name)
+            if latest > pinned:
+                log.warning("table %s: undoing orphan versions %d..%d", name, pinned + 1, latest)
+                new_version = self._tables.restore(name, pinned)
+                log.info("table %s restored to version %d as %d", name, pinned, new_version)
+
+    def write(
+        self,
+        trajectories: Iterable[CanonicalTrajectory | Mapping[str, Any]],
+        *,
+        operation: str = "write",
+        summary: Mapping[str, Any] | None = None,
+    ) -> CommitResult:
+        """Store canonical trajectories (records or dicts) with their messages in one commit."""
+        records = [
+            t if isinstance(t, CanonicalTrajectory) else CanonicalTrajectory.model_validate(t)
+            for t in trajectories
+        ]
+        return self.commit(trajectories_to_tables(records), operation=operation, summary=summary)
+
+    def writer(self, *, max_trajectories: int = 256, max_seconds: float = 5.0) -> BufferedWriter:
+        """A buffered writer: push trajectories one at a time, committed in batches."""
+        from trajlake.lake._writer import BufferedWriter
+
+        return BufferedWriter(self, max_trajectories=max_trajectories, max_seconds=max_seconds)
+
+    # Reading ---------------------------------------------------------------------------------
+
+    def table_files(self, table: str, at: SnapshotRef = None) -> list[str]:
+        """Data files of a table at a snapshot (for engines that read Parquet directly)."""
+        snap = self.snapshot(at)
+        return list(self._tables.files(table, snap.tables[validate_table_name(table)]))
+
+    def table_version(self, table: str, at: SnapshotRef = None) -> int:
+        """The Delta version of a table pinned by a snapshot (for other Delta readers)."""
+        return int(self.snapshot(at).tables[validate_table_name(table)])
+
+    def query(self, at: SnapshotRef = None) -> QuerySession:
+        """A read-only DuckDB session with a view per table, pinned to one snapshot."""
+        from trajlake.query import QuerySession
+
+        return QuerySession(self, self.snapshot(at))
+
+    def sql(self, query: str, *, at: SnapshotRef = None) -> QueryResult:
+        """Run read-only SQL on a pinned snapshot; convert with to_arrow/to_polars/to_pandas."""
+        with self.query(at) as session:
+            return session.sql(query)
+
+    def read_table(
+        self, table: str, *, at: SnapshotRef = None, columns: Sequence[str] | None = None
+    ) -> pa.Table:
+        """A whole table (or some columns) at a snapshot, as Arrow."""
+        snap = self.snapshot(at)
+        dt_ = self._tables.at_version(validate_table_name(table), snap.tables[table])
+        return dt_.to_pyarrow_table(columns=list(columns) if columns else None)
+
+    # Maintenance -----------------------------------------------------------------------------
+
+    def maintain(
+        self, *, incremental: bool = False, vacuum: bool = True, dry_run: bool = False
+    ) -> MaintenanceReport:
+        """Compact small files, checkpoint, expire old log entries and vacuum unneeded files.
+
+        Never removes what a tag or a snapshot in the retention window still needs.
+        """
+        from trajlake.lake._maintain import run_maintenance
+
+        report = run_maintenance(self, incremental=incremental, vacuum=vacuum, dry_run=dry_run)
+        self._commits_since_maintenance = 0
+        return report
+
+    def validate(self) -> ValidationReport:
+        """Check that every snapshot's tables load and every pinned file exists."""
+        from trajlake.lake._validate import validate_lake
+
+        return validate_lake(self)
+
+    # Internals used by sibling modules ------------------------------------------------------
+
+    @property
+    def tables_store(self) -> TableStore:
+        """The Delta table handles (maintenance, validation, query)."""
+        return self._tables
+
+    @property
+    def snapshot_log(self) -> SnapshotLog:
+        """The snapshot log (maintenance, validation)."""
+        return self._log
+
+    def locked(self) -> Any:
+        """The commit lock, for operations that must not interleave with commits."""
+        return self._lock()
+
+    def table_names(self) -> tuple[str, ...]:
+        """Names of the lake's tables."""
+        return TABLES
+
+
+def describe_snapshot(lake: Lake, at: SnapshotRef) -> dict[str, Any]:
+    """A JSON-ready description of a snapshot, with the tags that name it."""
+    snap = lake.snapshot(at)
+    tags = [t.name for t in lake.tags() if t.snapshot_id == snap.snapshot_id]
+    return {**asdict(snap), "tags": tags}

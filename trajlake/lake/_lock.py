@@ -1,0 +1,323 @@
+"""Cross-process commit lock of a lake: ``flock`` for local roots, a renewed lease object on S3.
+
+Usage: ``with commit_lock(root, storage_options): ...`` serializes lake commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from trajlake.errors import LockTimeout, UnsupportedStorage, missing_extra
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = "_trajlake/commit.lock"
+DEFAULT_LEASE_S = 60.0
+_S3_SCHEMES = frozenset({"s3", "s3a"})
+
+
+class _Backend(Protocol):
+    ident: str
+
+    def acquire(self, deadline: float) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class _Holder:
+    """In-process state of one lock: threads queue here instead of hammering flock/S3."""
+
+    def __init__(self) -> None:
+        self.rlock = threading.RLock()
+        self.depth = 0  # only touched by the thread owning ``rlock``
+
+
+_holders: dict[str, _Holder] = {}
+_holders_guard = threading.Lock()
+_open_fds: set[int] = set()
+
+
+def _after_fork_in_child() -> None:
+    # A forked child inherits the parent's lock state but is not the holder: forget it, and
+    # close inherited flock fds so the lock still dies with the parent, not with the child.
+    global _holders_guard
+    _holders.clear()
+    _holders_guard = threading.Lock()
+    for fd in list(_open_fds):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _open_fds.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def commit_lock(
+    root: str,
+    storage_options: Mapping[str, str] | None = None,
+    *,
+    timeout_s: float = 120.0,
+    lease_s: float = DEFAULT_LEASE_S,
+) -> contextlib.AbstractContextManager[None]:
+    """Hold the lake's commit lock (``<root>/_trajlake/commit.lock``) for the ``with`` body.
+
+    Re-entrant in the holding thread; other threads and processes wait up to ``timeout_s``
+    and then get ``LockTimeout``. On S3 the lease lasts ``lease_s`` and is renewed while held,
+    so a crashed holder blocks others for at most ``lease_s`` (assumes roughly synced clocks).
+    """
+    scheme = urlparse(root).scheme.lower() if "://" in root else ""
+    backend: _Backend
+    if scheme in ("", "file"):
+        path = urlparse(root).path if scheme else root
+        backend = _Flock(os.path.join(os.path.abspath(path), *LOCK_NAME.split("/")))
+    elif scheme in _S3_SCHEMES:
+        if lease_s <= 0:
+            raise ValueError(f"lease_s must be positive, got {lease_s}")
+        backend = _S3Lease(root, dict(storage_options or {}), lease_s)
+    else:
+        raise UnsupportedStorage(
+            f"commit locks are not implemented for {scheme}:// lakes; use a local path or an "
+            "s3:// root (S3-compatible stores with conditional writes work via AWS_ENDPOINT_URL)"
+        )
+    return _held(backend, timeout_s)
+
+
+@contextlib.contextmanager
+def _held(backend: _Backend, timeout_s: float) -> Iterator[None]:
+    deadline = time.monotonic() + timeout_s
+    with _holders_guard:
+        holder = _holders.setdefault(backend.ident, _Holder())
+    if not holder.rlock.acquire(timeout=max(timeout_s, 0.0)):
+        raise LockTimeout(f"commit lock {backend.ident} is held by another thread (waited {timeout_s}s)")
+    try:
+        if holder.depth == 0 and not backend.acquire(deadline):
+            raise LockTimeout(f"commit lock {backend.ident} is held elsewhere (waited {timeout_s}s)")
+        holder.depth += 1
+        try:
+            yield
+        finally:
+            holder.depth -= 1
+            if holder.depth == 0:
+                backend.release()
+    finally:
+        holder.rlock.release()
+
+
+def _wait(deadline: float, attempt: Callable[[], bool], first_s: float, max_s: float) -> bool:
+    """Retry ``attempt`` with exponential backoff and jitter (so waiters don't retry in lockstep)."""
+    delay = first_s
+    while not attempt():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(remaining, random.uniform(first_s / 2, delay)))
+        delay = min(max_s, delay * 2)
+    return True
+
+
+class _Flock:
+    """flock on a local file: the kernel drops it when the holder dies, even on SIGKILL."""
+
+    def __init__(self, path: str) -> None:
+        self.ident = path
+        self._fd = -1
+
+    def _try(self) -> bool:
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def acquire(self, deadline: float) -> bool:
+        os.makedirs(os.path.dirname(self.ident), exist_ok=True)
+        self._fd = os.open(self.ident, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        _open_fds.add(self._fd)
+        # Polling with LOCK_NB rather than a blocking flock keeps the timeout enforceable.
+        if _wait(deadline, self._try, 0.002, 0.1):
+            return True
+        self._close()
+        return False
+
+    def release(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._close()
+
+    def _close(self) -> None:
+        _open_fds.discard(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+
+
+def _status(exc: Any) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def _s3_client(options: Mapping[str, str]) -> Any:
+    """A botocore S3 client configured from delta-rs style storage options."""
+    try:
+        import botocore.session
+        from botocore import UNSIGNED
+        from botocore.config import Config
+    except ImportError as exc:
+        raise missing_extra("boto3", "s3") from exc
+    opts = {k.lower(): v for k, v in options.items()}
+
+    def pick(*names: str) -> str | None:
+        return next((opts[n] for n in names if opts.get(n)), None)
+
+    endpoint = pick("aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+    virtual = (pick("aws_virtual_hosted_style_request", "virtual_hosted_style_request") or "")
+    # object_store uses path-style URLs with a custom endpoint unless told otherwise; match it.
+    style = "virtual" if virtual.lower() == "true" else ("path" if endpoint else "auto")
+    config = Config(
+        s3={"addressing_style": style},
+        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=10,
+        read_timeout=30,
+    )
+    if (pick("aws_skip_signature", "skip_signature") or "").lower() == "true":
+        config = config.merge(Config(signature_version=UNSIGNED))
+    session = botocore.session.Session(profile=pick("aws_profile", "profile"))
+    return session.create_client(
+        "s3",
+        region_name=pick("aws_region", "region", "aws_default_region"),
+        endpoint_url=endpoint,
+        aws_access_key_id=pick("aws_access_key_id", "access_key_id"),
+        aws_secret_access_key=pick("aws_secret_access_key", "secret_access_key"),
+        aws_session_token=pick("aws_session_token", "aws_token", "session_token", "token"),
+        config=config,
+    )
+
+
+class _S3Lease:
+    """Lease object created with ``If-None-Match: *``, renewed/deleted with ``If-Match``."""
+
+    def __init__(self, root: str, options: dict[str, str], lease_s: float) -> None:
+        url = urlparse(root)
+        prefix = url.path.strip("/")
+        self.bucket = url.netloc
+        self.key = f"{prefix}/{LOCK_NAME}" if prefix else LOCK_NAME
+        endpoint = {k.lower(): v for k, v in options.items()}.get("aws_endpoint_url", "")
+        self.ident = f"s3://{self.bucket}/{self.key}@{endpoint}"
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        self._options = options
+        self._lease_s = lease_s
+        self._client: Any = None
+        self._etag: str | None = None
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _body(self) -> bytes:
+        lease = {"owner": self.owner, "expires_at": time.time() + self._lease_s, "lease_s": self._lease_s}
+        return json.dumps(lease).encode()
+
+    def _put(self, **condition: str) -> None:
+        resp = self._client.put_object(
+            Bucket=self.bucket, Key=self.key, Body=self._body(), ContentType="application/json", **condition
+        )
+        self._etag = str(resp["ETag"])
+
+    def acquire(self, deadline: float) -> bool:
+        self._client = _s3_client(self._options)
+        if not _wait(deadline, self._try_create, 0.02, 1.0):
+            self._client.close()
+            return False
+        self._stop.clear()
+        self._renewer = threading.Thread(target=self._renew_loop, name="trajlake-lease", daemon=True)
+        self._renewer.start()
+        logger.debug("acquired commit lease %s as %s", self.ident, self.owner)
+        return True
+
+    def _try_create(self) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self._put(IfNoneMatch="*")
+        except ClientError as exc:
+            # 412: the lease exists; 409: a concurrent conditional put on the same key raced us.
+            if _status(exc) not in (409, 412):
+                raise
+            self._break_if_stale()
+            return False
+        return True
+
+    def _break_if_stale(self) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            obj = self._client.get_object(Bucket=self.bucket, Key=self.key)
+            body = obj["Body"].read()
+        except ClientError as exc:
+            if _status(exc) == 404:  # released meanwhile: just retry the create
+                return
+            raise
+        try:
+            lease = json.loads(body)
+            expires_at, holder = float(lease["expires_at"]), str(lease.get("owner"))
+        except (ValueError, KeyError, TypeError):
+            # Unreadable lease (torn writer, foreign tool): age it from its write time instead.
+            expires_at, holder = obj["LastModified"].timestamp() + self._lease_s, "<unreadable>"
+        if expires_at > time.time():
+            return
+        logger.warning("breaking stale commit lease %s of %s (expired %.1fs ago)", self.ident, holder, time.time() - expires_at)
+        # If-Match: only delete the lease we judged stale, not one just renewed or re-taken.
+        self._delete(str(obj["ETag"]))
+
+    def _delete(self, etag: str) -> bool:
+        """Delete the lease if its ETag is still ``etag``; False if it changed or vanished."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=etag)
+        except ClientError as exc:
+            if _status(exc) in (404, 412):
+                return False
+            if _status(exc) != 501:
+                raise
+            # The store lacks conditional deletes: fall back to a plain delete (small race).
+            self._client.delete_object(Bucket=self.bucket, Key=self.key)
+        return True
+
+    def _renew_loop(self) -> None:
+        from botocore.exceptions import ClientError
+
+        while not self._stop.wait(self._lease_s / 3):
+            try:
+                self._put(IfMatch=self._etag or "")
+            except ClientError as exc:
+                if _status(exc) == 501:  # store lacks conditional puts: renew unconditionally
+                    self._put()
+                elif _status(exc) in (404, 412):
+                    # Someone broke our lease: we stalled longer than lease_s. Nothing can stop
+                    # the holder's work from here, so make the lost exclusivity loud.
+                    logger.error("commit lease %s was lost (broken as stale by another writer)", self.ident)
+                    self._etag = None
+                    return
+                else:
+                    logger.warning("renewing commit lease %s failed, will retry: %s", self.ident, exc)
+            except Exception as exc:  # network hiccup: the next tick retries well before expiry
+                logger.warning("renewing commit lease %s failed, will retry: %s", self.ident, exc)
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        try:
+            if self._etag is None or not self._delete(self._etag):
+                logger.error("commit lease %s was lost before release", self.ident)
+        finally:
+            self._client.close()
+        logger.debug("released commit lease %s", self.ident)

@@ -1,0 +1,176 @@
+"""The lake snapshot log and tags: the commit point that pins every table at one version.
+
+Snapshot N is the file `_trajlake/log/<N>.json`, written after the data tables, under the
+commit lock. A reader sees a table only at a version some snapshot pins, so data of a writer
+that died before its log entry is never visible. `_head.json` is only a hint: the newest
+entry is found by probing forward from it, so a crash between entry and hint loses nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from trajlake.errors import NoSuchSnapshot, NoSuchTag, TagAlreadyExists
+from trajlake.lake._storage import MetadataStore
+
+LOG_DIR = ("_trajlake", "log")
+TAG_DIR = ("_trajlake", "tags")
+_HEAD = "_head.json"
+_TAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One lake snapshot: every table's pinned Delta version, and what the commit did."""
+
+    snapshot_id: int
+    timestamp: str
+    operation: str
+    tables: dict[str, int]
+    summary: dict[str, Any] = field(default_factory=dict)
+    parent_id: int | None = None
+
+    @property
+    def time(self) -> dt.datetime:
+        """The commit time as an aware UTC datetime."""
+        return dt.datetime.fromisoformat(self.timestamp)
+
+    def to_json(self) -> bytes:
+        """The log entry's bytes."""
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Snapshot:
+        """Parse a log entry."""
+        return cls(**json.loads(data))
+
+
+@dataclass(frozen=True)
+class Tag:
+    """An immutable name for a snapshot, with a note."""
+
+    name: str
+    snapshot_id: int
+    note: str
+    created_at: str
+
+    def to_json(self) -> bytes:
+        """The tag file's bytes."""
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+
+def validate_tag_name(name: str) -> str:
+    """Tag names become file names: letters, digits, '.', '_' and '-' only, ≤ 128 characters."""
+    if not isinstance(name, str) or not _TAG_NAME.match(name) or name in (".", ".."):
+        raise ValueError(
+            f"invalid tag name {name!r}: use letters, digits, '.', '_' or '-' "
+            "(starting with a letter or digit, at most 128 characters)"
+        )
+    return name
+
+
+def utc_now() -> str:
+    """Current UTC time, ISO 8601 with microseconds."""
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+def _entry_name(snapshot_id: int) -> str:
+    return f"{snapshot_id:020d}.json"
+
+
+class SnapshotLog:
+    """Reads and appends the snapshot log and tags of one lake."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self._cache: dict[int, Snapshot] = {}
+
+    def get(self, snapshot_id: int) -> Snapshot:
+        """Snapshot by id (NoSuchSnapshot when absent)."""
+        cached = self._cache.get(snapshot_id)
+        if cached is not None:
+            return cached
+        try:
+            snap = Snapshot.from_json(self._store.read(*LOG_DIR, _entry_name(snapshot_id)))
+        except FileNotFoundError:
+            raise NoSuchSnapshot(f"no snapshot {snapshot_id} in this lake") from None
+        self._cache[snapshot_id] = snap
+        return snap
+
+    def _exists(self, snapshot_id: int) -> bool:
+        return snapshot_id in self._cache or self._store.exists(*LOG_DIR, _entry_name(snapshot_id))
+
+    def latest(self) -> Snapshot:
+        """The newest committed snapshot."""
+        try:
+            head = int(json.loads(self._store.read(*LOG_DIR, _HEAD))["snapshot_id"])
+        except FileNotFoundError:
+            head = 0
+        if not self._exists(head):
+            names = [n for n in self._store.list(*LOG_DIR) if n[0].isdigit()]
+            if not names:
+                raise NoSuchSnapshot("the lake has no snapshot yet (was it initialised?)")
+            head = int(names[-1].split(".")[0])
+        while self._exists(head + 1):
+            head += 1
+        return self.get(head)
+
+    def append(self, snap: Snapshot) -> Snapshot:
+        """Write a new entry (the commit point), then move the head hint. Call under the lock."""
+        self._store.write(snap.to_json(), *LOG_DIR, _entry_name(snap.snapshot_id), exclusive=True)
+        self._cache[snap.snapshot_id] = snap
+        self._store.write(json.dumps({"snapshot_id": snap.snapshot_id}).encode(), *LOG_DIR, _HEAD)
+        return snap
+
+    def all(self) -> list[Snapshot]:
+        """Every snapshot, oldest first."""
+        latest = self.latest().snapshot_id
+        return [self.get(i) for i in range(0, latest + 1) if self._exists(i)]
+
+    def at_time(self, when: dt.datetime) -> Snapshot:
+        """The newest snapshot committed at or before `when` (binary search over ids)."""
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.timezone.utc)
+        lo, hi = 0, self.latest().snapshot_id
+        if self.get(lo).time > when:
+            raise NoSuchSnapshot(f"no snapshot at or before {when.isoformat()}")
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.get(mid).time <= when:
+                lo = mid
+            else:
+                hi = mid - 1
+        return self.get(lo)
+
+    # Tags -----------------------------------------------------------------------------------
+
+    def create_tag(self, name: str, snapshot_id: int, note: str) -> Tag:
+        """Create an immutable tag (TagAlreadyExists if the name is taken)."""
+        validate_tag_name(name)
+        tag = Tag(name=name, snapshot_id=snapshot_id, note=note, created_at=utc_now())
+        try:
+            self._store.write(tag.to_json(), *TAG_DIR, f"{name}.json", exclusive=True)
+        except FileExistsError:
+            existing = self.get_tag(name)
+            raise TagAlreadyExists(
+                f"tag {name!r} already exists (snapshot {existing.snapshot_id}); tags are "
+                "immutable: choose another name"
+            ) from None
+        return tag
+
+    def get_tag(self, name: str) -> Tag:
+        """Tag by name (NoSuchTag when absent)."""
+        validate_tag_name(name)
+        try:
+            return Tag(**json.loads(self._store.read(*TAG_DIR, f"{name}.json")))
+        except FileNotFoundError:
+            raise NoSuchTag(f"no tag named {name!r}; `trajlake tags` lists them") from None
+
+    def tags(self) -> list[Tag]:
+        """All tags, by snapshot then name."""
+        names = [n[: -len(".json")] for n in self._store.list(*TAG_DIR) if n.endswith(".json")]
+        return sorted((self.get_tag(n) for n in names), key=lambda t: (t.snapshot_id, t.name))

@@ -1,0 +1,183 @@
+"""The lake's Delta tables: creation, appends, versions and pinned file lists.
+
+Tables are plain Delta (no partitions, no deletion vectors), so any Delta reader can open
+them and DuckDB can scan the pinned file list directly. Appends happen under the lake's
+commit lock, so each append's new version is known exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, WriterProperties, write_deltalake
+from deltalake.exceptions import SchemaMismatchError, TableNotFoundError
+
+from trajlake.errors import LakeCorrupt, NoSuchTable, SchemaMismatch, SnapshotExpired
+from trajlake.lake._storage import LakeLocation
+from trajlake.schema import TABLES, table_schema
+
+TABLE_CONFIGURATION = {
+    # trajlake expires old log entries itself, keeping the versions tags and snapshots need.
+    "delta.enableExpiredLogCleanup": "false",
+    "delta.checkpointInterval": "100",
+}
+_TARGET_ROW_GROUP_BYTES = 64 * 1024 * 1024
+
+
+def validate_table_name(name: str) -> str:
+    """Only the lake's own tables exist; anything else (paths, SQL) is refused."""
+    if name not in TABLES:
+        raise NoSuchTable(f"no table {name!r}; tables are: {', '.join(TABLES)}")
+    return name
+
+
+def _writer_properties(data: pa.Table) -> WriterProperties:
+    """zstd, and row groups sized by bytes: message rows can carry megabytes of text."""
+    row_bytes = max(1, data.nbytes // max(1, data.num_rows))
+    rows = max(1024, min(1_000_000, _TARGET_ROW_GROUP_BYTES // row_bytes))
+    return WriterProperties(compression="ZSTD", max_row_group_size=rows)
+
+
+def check_schema(table: str, data: pa.Table) -> pa.Table:
+    """Cast data to the table schema, or name the columns that do not fit and the fix."""
+    schema = table_schema(table)
+    missing = [n for n in schema.names if n not in data.column_names]
+    extra = [n for n in data.column_names if n not in schema.names]
+    if extra:
+        raise SchemaMismatch(
+            f"table {table!r} has no column(s) {extra}; build rows from the record types in "
+            f"trajlake.schema (`trajlake schema --table {table}` shows the columns)"
+        )
+    if missing:
+        raise SchemaMismatch(f"data for {table!r} lacks column(s) {missing}")
+    try:
+        return data.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
+        bad = [
+            f"{f.name}: {data.schema.field(f.name).type} (expected {f.type})"
+            for f in schema
+            if not data.schema.field(f.name).type.equals(f.type)
+        ]
+        raise SchemaMismatch(f"data for {table!r} does not match its schema: {bad}: {e}") from e
+
+
+class TableStore:
+    """Delta table handles of one lake, kept open so appends replay only new log entries."""
+
+    def __init__(self, location: LakeLocation) -> None:
+        self.location = location
+        self._handles: dict[str, DeltaTable] = {}
+        self._files: dict[tuple[str, int], list[str]] = {}
+        self._mutex = threading.Lock()
+
+    @property
+    def storage_options(self) -> dict[str, str] | None:
+        """delta-rs storage options (None for local lakes)."""
+        return self.location.storage_options or None
+
+    def create_all(self) -> dict[str, int]:
+        """Create every table (empty, with its schema); return their versions."""
+        versions = {}
+        for name in TABLES:
+            uri = self.location.table_uri(name)
+            if DeltaTable.is_deltatable(uri, storage_options=self.storage_options):
+                dt = DeltaTable(uri, storage_options=self.storage_options)
+            else:
+                dt = DeltaTable.create(
+                    uri,
+                    table_schema(name),
+                    name=name,
+                    configuration=TABLE_CONFIGURATION,
+                    storage_options=self.storage_options,
+                )
+            self._handles[name] = dt
+            versions[name] = int(dt.version())
+        return versions
+
+    def handle(self, name: str) -> DeltaTable:
+        """The open handle of a table at its latest version."""
+        validate_table_name(name)
+        with self._mutex:
+            dt = self._handles.get(name)
+            if dt is None:
+                try:
+                    dt = DeltaTable(self.location.table_uri(name), storage_options=self.storage_options)
+                except TableNotFoundError as e:
+                    raise LakeCorrupt(f"table {name!r} is missing from the lake: {e}") from e
+                self._handles[name] = dt
+            else:
+                dt.update_incremental()
+            return dt
+
+    def latest_version(self, name: str) -> int:
+        """Latest Delta version of a table (including versions no snapshot pins yet)."""
+        return int(self.handle(name).version())
+
+    def append(self, name: str, data: pa.Table, commit_id: str) -> int:
+        """Append rows; return the new version. Call under the commit lock."""
+        data = check_schema(name, data)
+        dt = self.handle(name)
+        try:
+            write_deltalake(
+                dt,
+                data,
+                mode="append",
+                writer_properties=_writer_properties(data),
+                commit_properties=_commit_properties(commit_id),
+            )
+        except SchemaMismatchError as e:
+            raise SchemaMismatch(f"data for {name!r} does not match the Delta table: {e}") from e
+        dt.update_incremental()
+        return int(dt.version())
+
+    def restore(self, name: str, version: int) -> int:
+        """Undo versions past `version` (a crashed writer's orphans); return the new version."""
+        dt = self.handle(name)
+        dt.restore(version)
+        dt.update_incremental()
+        return int(dt.version())
+
+    def at_version(self, name: str, version: int) -> DeltaTable:
+        """A fresh handle of a table at a pinned version (SnapshotExpired if it cannot load)."""
+        validate_table_name(name)
+        try:
+            return DeltaTable(
+                self.location.table_uri(name), version=version, storage_options=self.storage_options
+            )
+        except Exception as e:
+            raise SnapshotExpired(
+                f"table {name!r} version {version} can no longer be loaded ({e}); it fell "
+                "out of the retention window — tag snapshots that must stay readable"
+            ) from e
+
+    def files(self, name: str, version: int) -> list[str]:
+        """Data file URIs of a table at a pinned version (cached: a version never changes)."""
+        key = (name, version)
+        cached = self._files.get(key)
+        if cached is None:
+            cached = list(self.at_version(name, version).file_uris())
+            self._files[key] = cached
+        return cached
+
+    def can_scan_files(self, name: str, version: int) -> bool:
+        """True when reading the file list equals reading the table (no DVs or partitions)."""
+        dt = self.at_version(name, version)
+        return not dt.metadata().partition_columns and "deletionVectors" not in (
+            dt.protocol().writer_features or []
+        )
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop cached handles (after maintenance rewrote the log)."""
+        with self._mutex:
+            for n in names:
+                self._handles.pop(n, None)
+
+
+def _commit_properties(commit_id: str) -> Any:
+    from deltalake import CommitProperties
+
+    # The trajlake commit id in Delta's commitInfo lets `validate` tell orphans from commits.
+    return CommitProperties(custom_metadata={"trajlake.commit": commit_id})
