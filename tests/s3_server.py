@@ -53,10 +53,11 @@ def storage_options_for(endpoint_url: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def moto_s3_server(bucket: str = DEFAULT_BUCKET) -> Iterator[tuple[str, dict[str, str]]]:
-    """Start moto's S3 on 127.0.0.1:<free port>, create an empty ``bucket``, yield ``(endpoint_url, storage_options)``.
+    """Serve moto's S3 on 127.0.0.1:<free port> with an empty ``bucket``.
 
-    moto keeps its state per process, not per server, so a bucket left by an
-    earlier server in the same process is emptied. The server stops on exit.
+    Yields ``(endpoint_url, storage_options)``. moto keeps its state per process, not per
+    server, so a bucket left by an earlier server in this process is emptied first. The
+    server stops on exit.
     """
     import botocore.session
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
@@ -80,10 +81,8 @@ def moto_s3_server(bucket: str = DEFAULT_BUCKET) -> Iterator[tuple[str, dict[str
             aws_secret_access_key=SECRET_KEY,
             region_name=REGION,
         )
-        try:
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
             client.create_bucket(Bucket=bucket)
-        except client.exceptions.BucketAlreadyOwnedByYou:
-            pass
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
             for obj in page.get("Contents", []):
                 client.delete_object(Bucket=bucket, Key=obj["Key"])

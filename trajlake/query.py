@@ -89,7 +89,9 @@ class QueryResult:
         """As a pandas DataFrame (needs pandas)."""
         return self._table.to_pandas()
 
-    def to_duckdb(self, connection: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
+    def to_duckdb(
+        self, connection: duckdb.DuckDBPyConnection | None = None
+    ) -> duckdb.DuckDBPyRelation:
         """As a DuckDB relation (on `connection`, or DuckDB's default connection)."""
         con = connection or duckdb.default_connection()
         return con.from_arrow(self._table)
@@ -156,7 +158,8 @@ class QuerySession:
         con.execute("SET enable_external_access=false")
         con.execute("SET lock_configuration=true")
 
-    def _check_read_only(self, query: str) -> None:
+    def check_read_only(self, query: str) -> None:
+        """Raise ReadOnlyQuery unless every statement only reads."""
         try:
             statements = self.connection.extract_statements(query)
         except duckdb.Error as e:
@@ -171,7 +174,7 @@ class QuerySession:
 
     def sql(self, query: str) -> QueryResult:
         """Run a read-only query and materialise its result."""
-        self._check_read_only(query)
+        self.check_read_only(query)
         try:
             table = self.connection.sql(query).to_arrow_table()
         except duckdb.Error as e:
@@ -180,10 +183,15 @@ class QuerySession:
             table = pa.table({})
         return QueryResult(table)
 
-    def relation(self, query: str) -> duckdb.DuckDBPyRelation:
-        """A lazy DuckDB relation, for streaming large results (`fetch_record_batch`)."""
-        self._check_read_only(query)
-        return self.connection.sql(query)
+    def relation(self, query: str, *, own_cursor: bool = False) -> duckdb.DuckDBPyRelation:
+        """A lazy DuckDB relation, for streaming large results (`to_arrow_reader`).
+
+        With `own_cursor`, it runs on a separate cursor, so other queries can run on the
+        session while its result is still being read.
+        """
+        self.check_read_only(query)
+        connection = self.connection.cursor() if own_cursor else self.connection
+        return connection.sql(query)
 
     def close(self) -> None:
         """Close the DuckDB connection."""
@@ -193,6 +201,9 @@ class QuerySession:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()

@@ -13,16 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from trajlake.errors import LakeAlreadyExists, LakeCorrupt, LakeNotFound
+from trajlake._progress import Progress
+from trajlake.errors import LakeAlreadyExists, LakeCorrupt, LakeNotFound, NoSuchTrajectory
 from trajlake.lake._dedupe import KeyIndex
 from trajlake.lake._lock import commit_lock
 from trajlake.lake._log import Snapshot, SnapshotLog, Tag, utc_now
 from trajlake.lake._storage import LakeLocation, MetadataStore, parse_location
 from trajlake.lake._tables import TableStore, validate_table_name
 from trajlake.records import trajectories_to_tables
-from trajlake.schema import SCHEMA_VERSION, TABLES, CanonicalTrajectory
+from trajlake.schema import SCHEMA_VERSION, TABLES, CanonicalTrajectory, Stage
 
 if TYPE_CHECKING:
+    from trajlake.export.jsonl import ExportReport
+    from trajlake.ingest import IngestReport
     from trajlake.lake._maintain import MaintenanceReport
     from trajlake.lake._validate import ValidationReport
     from trajlake.lake._writer import BufferedWriter
@@ -219,7 +222,9 @@ class Lake:
             for name, data in to_write.items():
                 versions[name] = self._tables.append(name, data, commit_id)
             info = {"commit_id": commit_id, "added": added, **(summary or {})}
-            snap = Snapshot(head.snapshot_id + 1, utc_now(), operation, versions, info, head.snapshot_id)
+            snap = Snapshot(
+                head.snapshot_id + 1, utc_now(), operation, versions, info, head.snapshot_id
+            )
             self._log.append(snap)
         self._commits_since_maintenance += 1
         every = self.settings.auto_maintain_every
@@ -253,6 +258,43 @@ class Lake:
         ]
         return self.commit(trajectories_to_tables(records), operation=operation, summary=summary)
 
+    def ingest(
+        self,
+        inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        format: str = "auto",
+        generation: int | None = None,
+        run_id: str | None = None,
+        stage: Stage | None = None,
+        strict: bool = False,
+        batch_size: int = 1000,
+        storage_options: Mapping[str, Any] | None = None,
+        progress: Progress | None = None,
+    ) -> IngestReport:
+        """Ingest trajectory files (paths, directories, globs, fsspec URLs, .gz/.zst).
+
+        Args:
+            inputs: one input or several.
+            format: a format name (`trajlake.ingest.format_names()`) or 'auto' (by content).
+            generation, run_id, stage: set on every ingested trajectory.
+            strict: raise on the first bad record instead of quarantining it.
+            batch_size: trajectories per commit (memory stays bounded by it).
+            storage_options: fsspec options for remote inputs.
+            progress: receives progress (bytes read).
+        """
+        from trajlake.ingest import IngestOptions, ingest
+
+        items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+        options = IngestOptions(generation, run_id, stage, strict, batch_size)
+        return ingest(
+            self,
+            [os.fspath(i) for i in items],
+            format=format,
+            options=options,
+            storage_options=storage_options,
+            progress=progress,
+        )
+
     def writer(self, *, max_trajectories: int = 256, max_seconds: float = 5.0) -> BufferedWriter:
         """A buffered writer: push trajectories one at a time, committed in batches."""
         from trajlake.lake._writer import BufferedWriter
@@ -280,6 +322,25 @@ class Lake:
         """Run read-only SQL on a pinned snapshot; convert with to_arrow/to_polars/to_pandas."""
         with self.query(at) as session:
             return session.sql(query)
+
+    def export_jsonl(
+        self, out: str, *, at: SnapshotRef = None, where: str | None = None
+    ) -> ExportReport:
+        """Write canonical JSONL (one trajectory per line) of the selected trajectories."""
+        from trajlake.export.jsonl import export_jsonl
+
+        return export_jsonl(self, out, at=at, where=where)
+
+    def trajectory(self, trajectory_id: str, *, at: SnapshotRef = None) -> CanonicalTrajectory:
+        """One trajectory with all its messages, as a canonical record."""
+        from trajlake.export.jsonl import read_canonical
+
+        found = read_canonical(self, at=at, ids=[trajectory_id])
+        if not found:
+            raise NoSuchTrajectory(
+                f"no trajectory {trajectory_id!r} at snapshot {self.snapshot(at).snapshot_id}"
+            )
+        return CanonicalTrajectory.model_validate(found[0])
 
     def read_table(
         self, table: str, *, at: SnapshotRef = None, columns: Sequence[str] | None = None

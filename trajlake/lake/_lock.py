@@ -25,7 +25,6 @@ logger = logging.getLogger(__name__)
 
 LOCK_NAME = "_trajlake/commit.lock"
 DEFAULT_LEASE_S = 60.0
-_S3_SCHEMES = frozenset({"s3", "s3a"})
 
 
 class _Backend(Protocol):
@@ -41,21 +40,23 @@ class _Holder:
 
     def __init__(self) -> None:
         self.rlock = threading.RLock()
-        self.depth = 0  # only touched by the thread owning ``rlock``
+        self.depth = 0  # only touched by the thread that owns ``rlock``
 
 
 _holders: dict[str, _Holder] = {}
 _holders_guard = threading.Lock()
 _open_fds: set[int] = set()
+_clients: dict[frozenset[tuple[str, str]], Any] = {}  # botocore clients are thread-safe
 
 
 def _after_fork_in_child() -> None:
-    # A forked child inherits the parent's lock state but is not the holder: forget it, and
-    # close inherited flock fds so the lock still dies with the parent, not with the child.
+    # A forked child is not the holder: forget the parent's state, and close inherited flock
+    # fds so the lock is still released when the parent dies, whatever the child does.
     global _holders_guard
     _holders.clear()
+    _clients.clear()  # connection pools must not be shared across processes
     _holders_guard = threading.Lock()
-    for fd in list(_open_fds):
+    for fd in _open_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
     _open_fds.clear()
@@ -71,21 +72,21 @@ def commit_lock(
     timeout_s: float = 120.0,
     lease_s: float = DEFAULT_LEASE_S,
 ) -> contextlib.AbstractContextManager[None]:
-    """Hold the lake's commit lock (``<root>/_trajlake/commit.lock``) for the ``with`` body.
+    """Hold the lake's commit lock (``<root>/_trajlake/commit.lock``) for a ``with`` body.
 
-    Re-entrant in the holding thread; other threads and processes wait up to ``timeout_s``
-    and then get ``LockTimeout``. On S3 the lease lasts ``lease_s`` and is renewed while held,
-    so a crashed holder blocks others for at most ``lease_s`` (assumes roughly synced clocks).
+    Re-entrant in the holding thread; other threads and processes wait up to ``timeout_s``,
+    then get ``LockTimeout``. On S3 the lease lasts ``lease_s`` and is renewed while held, so
+    a crashed holder blocks others for at most ``lease_s`` (assumes roughly synced clocks).
     """
     scheme = urlparse(root).scheme.lower() if "://" in root else ""
     backend: _Backend
     if scheme in ("", "file"):
         path = urlparse(root).path if scheme else root
         backend = _Flock(os.path.join(os.path.abspath(path), *LOCK_NAME.split("/")))
-    elif scheme in _S3_SCHEMES:
+    elif scheme in ("s3", "s3a"):
         if lease_s <= 0:
             raise ValueError(f"lease_s must be positive, got {lease_s}")
-        backend = _S3Lease(root, dict(storage_options or {}), lease_s)
+        backend = _S3Lease(root, storage_options or {}, lease_s)
     else:
         raise UnsupportedStorage(
             f"commit locks are not implemented for {scheme}:// lakes; use a local path or an "
@@ -100,10 +101,10 @@ def _held(backend: _Backend, timeout_s: float) -> Iterator[None]:
     with _holders_guard:
         holder = _holders.setdefault(backend.ident, _Holder())
     if not holder.rlock.acquire(timeout=max(timeout_s, 0.0)):
-        raise LockTimeout(f"commit lock {backend.ident} is held by another thread (waited {timeout_s}s)")
+        raise LockTimeout(f"commit lock {backend.ident} is held by another thread ({timeout_s}s)")
     try:
         if holder.depth == 0 and not backend.acquire(deadline):
-            raise LockTimeout(f"commit lock {backend.ident} is held elsewhere (waited {timeout_s}s)")
+            raise LockTimeout(f"commit lock {backend.ident} is held elsewhere ({timeout_s}s)")
         holder.depth += 1
         try:
             yield
@@ -116,7 +117,7 @@ def _held(backend: _Backend, timeout_s: float) -> Iterator[None]:
 
 
 def _wait(deadline: float, attempt: Callable[[], bool], first_s: float, max_s: float) -> bool:
-    """Retry ``attempt`` with exponential backoff and jitter (so waiters don't retry in lockstep)."""
+    """Retry ``attempt`` with exponential backoff; jitter keeps waiters out of lockstep."""
     delay = first_s
     while not attempt():
         remaining = deadline - time.monotonic()
@@ -145,28 +146,37 @@ class _Flock:
         os.makedirs(os.path.dirname(self.ident), exist_ok=True)
         self._fd = os.open(self.ident, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         _open_fds.add(self._fd)
-        # Polling with LOCK_NB rather than a blocking flock keeps the timeout enforceable.
+        # Non-blocking attempts in a loop, because a blocking flock cannot honour the timeout.
         if _wait(deadline, self._try, 0.002, 0.1):
             return True
-        self._close()
+        self.release()
         return False
 
     def release(self) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._close()
-
-    def _close(self) -> None:
+        # Unlock explicitly too: a child forked behind our back may share this open file.
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
         _open_fds.discard(self._fd)
         os.close(self._fd)
         self._fd = -1
 
 
-def _status(exc: Any) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+def _status(exc: BaseException) -> int:
+    """HTTP status of a botocore ClientError; 0 for anything else (network errors)."""
+    response = getattr(exc, "response", None) or {}
+    return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
 def _s3_client(options: Mapping[str, str]) -> Any:
-    """A botocore S3 client configured from delta-rs style storage options."""
+    """A botocore S3 client for delta-rs style storage options, cached: creating one costs ~0.2s."""
+    cache_key = frozenset(options.items())
+    with _holders_guard:
+        if cache_key not in _clients:
+            _clients[cache_key] = _new_s3_client(options)
+        return _clients[cache_key]
+
+
+def _new_s3_client(options: Mapping[str, str]) -> Any:
     try:
         import botocore.session
         from botocore import UNSIGNED
@@ -179,19 +189,13 @@ def _s3_client(options: Mapping[str, str]) -> Any:
         return next((opts[n] for n in names if opts.get(n)), None)
 
     endpoint = pick("aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
-    virtual = (pick("aws_virtual_hosted_style_request", "virtual_hosted_style_request") or "")
-    # object_store uses path-style URLs with a custom endpoint unless told otherwise; match it.
+    virtual = pick("aws_virtual_hosted_style_request", "virtual_hosted_style_request") or ""
+    # delta-rs (object_store) uses path-style URLs with a custom endpoint unless told otherwise.
     style = "virtual" if virtual.lower() == "true" else ("path" if endpoint else "auto")
-    config = Config(
-        s3={"addressing_style": style},
-        retries={"max_attempts": 3, "mode": "standard"},
-        connect_timeout=10,
-        read_timeout=30,
-    )
+    config = Config(s3={"addressing_style": style}, retries={"mode": "standard"})
     if (pick("aws_skip_signature", "skip_signature") or "").lower() == "true":
         config = config.merge(Config(signature_version=UNSIGNED))
-    session = botocore.session.Session(profile=pick("aws_profile", "profile"))
-    return session.create_client(
+    return botocore.session.Session(profile=pick("aws_profile", "profile")).create_client(
         "s3",
         region_name=pick("aws_region", "region", "aws_default_region"),
         endpoint_url=endpoint,
@@ -203,9 +207,9 @@ def _s3_client(options: Mapping[str, str]) -> Any:
 
 
 class _S3Lease:
-    """Lease object created with ``If-None-Match: *``, renewed/deleted with ``If-Match``."""
+    """Lease object created with ``If-None-Match: *``, renewed and deleted with ``If-Match``."""
 
-    def __init__(self, root: str, options: dict[str, str], lease_s: float) -> None:
+    def __init__(self, root: str, options: Mapping[str, str], lease_s: float) -> None:
         url = urlparse(root)
         prefix = url.path.strip("/")
         self.bucket = url.netloc
@@ -213,30 +217,24 @@ class _S3Lease:
         endpoint = {k.lower(): v for k, v in options.items()}.get("aws_endpoint_url", "")
         self.ident = f"s3://{self.bucket}/{self.key}@{endpoint}"
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
-        self._options = options
-        self._lease_s = lease_s
+        self._options, self._lease_s = options, lease_s
         self._client: Any = None
         self._etag: str | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
-    def _body(self) -> bytes:
-        lease = {"owner": self.owner, "expires_at": time.time() + self._lease_s, "lease_s": self._lease_s}
-        return json.dumps(lease).encode()
-
     def _put(self, **condition: str) -> None:
-        resp = self._client.put_object(
-            Bucket=self.bucket, Key=self.key, Body=self._body(), ContentType="application/json", **condition
-        )
+        lease = {"owner": self.owner, "expires_at": time.time() + self._lease_s}
+        body = json.dumps({**lease, "lease_s": self._lease_s}).encode()
+        resp = self._client.put_object(Bucket=self.bucket, Key=self.key, Body=body, **condition)
         self._etag = str(resp["ETag"])
 
     def acquire(self, deadline: float) -> bool:
         self._client = _s3_client(self._options)
         if not _wait(deadline, self._try_create, 0.02, 1.0):
-            self._client.close()
             return False
         self._stop.clear()
-        self._renewer = threading.Thread(target=self._renew_loop, name="trajlake-lease", daemon=True)
+        self._renewer = threading.Thread(target=self._renew, name="trajlake-lease", daemon=True)
         self._renewer.start()
         logger.debug("acquired commit lease %s as %s", self.ident, self.owner)
         return True
@@ -246,13 +244,13 @@ class _S3Lease:
 
         try:
             self._put(IfNoneMatch="*")
+            return True
         except ClientError as exc:
-            # 412: the lease exists; 409: a concurrent conditional put on the same key raced us.
+            # 412: a lease exists. 409: a concurrent conditional put on the key won the race.
             if _status(exc) not in (409, 412):
                 raise
-            self._break_if_stale()
-            return False
-        return True
+        self._break_if_stale()
+        return False
 
     def _break_if_stale(self) -> None:
         from botocore.exceptions import ClientError
@@ -261,20 +259,22 @@ class _S3Lease:
             obj = self._client.get_object(Bucket=self.bucket, Key=self.key)
             body = obj["Body"].read()
         except ClientError as exc:
-            if _status(exc) == 404:  # released meanwhile: just retry the create
+            if _status(exc) == 404:  # released meanwhile: the next create attempt may win
                 return
             raise
         try:
             lease = json.loads(body)
             expires_at, holder = float(lease["expires_at"]), str(lease.get("owner"))
         except (ValueError, KeyError, TypeError):
-            # Unreadable lease (torn writer, foreign tool): age it from its write time instead.
-            expires_at, holder = obj["LastModified"].timestamp() + self._lease_s, "<unreadable>"
-        if expires_at > time.time():
-            return
-        logger.warning("breaking stale commit lease %s of %s (expired %.1fs ago)", self.ident, holder, time.time() - expires_at)
-        # If-Match: only delete the lease we judged stale, not one just renewed or re-taken.
-        self._delete(str(obj["ETag"]))
+            # Unreadable lease (foreign tool, manual edit): age it from its write time instead.
+            expires_at, holder = obj["LastModified"].timestamp() + self._lease_s, "?"
+        if expires_at <= time.time():
+            ago = time.time() - expires_at
+            logger.warning(
+                "breaking stale commit lease %s of %s, %.1fs expired", self.ident, holder, ago
+            )
+            # If-Match: delete the lease judged stale, never one renewed or re-taken since.
+            self._delete(str(obj["ETag"]))
 
     def _delete(self, etag: str) -> bool:
         """Delete the lease if its ETag is still ``etag``; False if it changed or vanished."""
@@ -287,37 +287,28 @@ class _S3Lease:
                 return False
             if _status(exc) != 501:
                 raise
-            # The store lacks conditional deletes: fall back to a plain delete (small race).
+            # The store lacks conditional deletes: a plain delete, with a small race window.
             self._client.delete_object(Bucket=self.bucket, Key=self.key)
         return True
 
-    def _renew_loop(self) -> None:
-        from botocore.exceptions import ClientError
-
+    def _renew(self) -> None:
         while not self._stop.wait(self._lease_s / 3):
             try:
                 self._put(IfMatch=self._etag or "")
-            except ClientError as exc:
-                if _status(exc) == 501:  # store lacks conditional puts: renew unconditionally
-                    self._put()
-                elif _status(exc) in (404, 412):
-                    # Someone broke our lease: we stalled longer than lease_s. Nothing can stop
-                    # the holder's work from here, so make the lost exclusivity loud.
-                    logger.error("commit lease %s was lost (broken as stale by another writer)", self.ident)
+            except Exception as exc:
+                if _status(exc) in (404, 412):
+                    # Broken as stale by another writer: this holder stalled past lease_s. Its
+                    # work cannot be stopped from here, so make the lost exclusivity loud.
+                    logger.error("commit lease %s was lost to another writer", self.ident)
                     self._etag = None
                     return
-                else:
-                    logger.warning("renewing commit lease %s failed, will retry: %s", self.ident, exc)
-            except Exception as exc:  # network hiccup: the next tick retries well before expiry
+                # Two more ticks remain before expiry, so a transient error is only a warning.
                 logger.warning("renewing commit lease %s failed, will retry: %s", self.ident, exc)
 
     def release(self) -> None:
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join()
-        try:
-            if self._etag is None or not self._delete(self._etag):
-                logger.error("commit lease %s was lost before release", self.ident)
-        finally:
-            self._client.close()
+        if self._etag is None or not self._delete(self._etag):
+            logger.error("commit lease %s was lost before release", self.ident)
         logger.debug("released commit lease %s", self.ident)

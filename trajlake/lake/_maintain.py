@@ -157,7 +157,9 @@ def _vacuum(lake: Lake, name: str, keep: set[int], report: TableMaintenance, ful
     report.data_files_vacuumed = len(removed)
 
 
-def run_maintenance(lake: Lake, *, incremental: bool, vacuum: bool, dry_run: bool) -> MaintenanceReport:
+def run_maintenance(
+    lake: Lake, *, incremental: bool, vacuum: bool, dry_run: bool
+) -> MaintenanceReport:
     """Run maintenance under the commit lock; write a snapshot if compaction changed versions."""
     start = time.perf_counter()
     report = MaintenanceReport(dry_run=dry_run)
@@ -182,7 +184,9 @@ def run_maintenance(lake: Lake, *, incremental: bool, vacuum: bool, dry_run: boo
                 _vacuum(lake, name, keep.get(name, set()), table_report, full=not incremental)
         if versions != head.tables:
             summary = {"compacted": [n for n, r in report.tables.items() if r.compacted]}
-            snap = Snapshot(head.snapshot_id + 1, utc_now(), "maintain", versions, summary, head.snapshot_id)
+            snap = Snapshot(
+                head.snapshot_id + 1, utc_now(), "maintain", versions, summary, head.snapshot_id
+            )
             lake.snapshot_log.append(snap)
             report.snapshot_id = snap.snapshot_id
     report.seconds = time.perf_counter() - start

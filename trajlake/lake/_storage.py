@@ -71,13 +71,17 @@ class LakeLocation:
         if self.is_local:
             return fsspec.filesystem("file")
         try:
-            return fsspec.filesystem(self.scheme, **_fsspec_options(self.scheme, self.storage_options))
+            return fsspec.filesystem(
+                self.scheme, **_fsspec_options(self.scheme, self.storage_options)
+            )
         except ImportError as e:
             extra = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}.get(self.scheme, "azure")
             raise missing_extra(str(e.name or self.scheme), extra) from e
 
 
-def parse_location(uri: str | os.PathLike[str], storage_options: Mapping[str, str] | None) -> LakeLocation:
+def parse_location(
+    uri: str | os.PathLike[str], storage_options: Mapping[str, str] | None
+) -> LakeLocation:
     """Normalise a user-supplied lake URI: local paths become absolute; memory:// a temp dir."""
     text = os.fspath(uri)
     options = dict(storage_options or {})
@@ -152,7 +156,7 @@ class MetadataStore:
         return bytes(self._fs.cat_file(path))
 
     def write(self, data: bytes, *parts: str, exclusive: bool = False) -> None:
-        """Write a metadata file atomically; with `exclusive`, fail if it exists (FileExistsError)."""
+        """Write a metadata file atomically; `exclusive` raises FileExistsError if it exists."""
         path = self.path(*parts)
         if not self.location.is_local:
             if exclusive and self._fs.exists(path):

@@ -104,7 +104,9 @@ class TableStore:
             dt = self._handles.get(name)
             if dt is None:
                 try:
-                    dt = DeltaTable(self.location.table_uri(name), storage_options=self.storage_options)
+                    dt = DeltaTable(
+                        self.location.table_uri(name), storage_options=self.storage_options
+                    )
                 except TableNotFoundError as e:
                     raise LakeCorrupt(f"table {name!r} is missing from the lake: {e}") from e
                 self._handles[name] = dt

@@ -52,7 +52,9 @@ def _check_snapshot(lake: Lake, snapshot_id: int, report: ValidationReport, tagg
             files = lake.tables_store.files(name, version)
         except SnapshotExpired:
             if tagged:
-                report.problems.append(f"tagged snapshot {snapshot_id}: {name}@{version} cannot load")
+                report.problems.append(
+                    f"tagged snapshot {snapshot_id}: {name}@{version} cannot load"
+                )
             else:
                 report.snapshots_expired += 1
             return

@@ -26,7 +26,9 @@ class BufferedWriter:
     next `add`, `flush` or `close`, and the batch stays buffered so nothing is dropped.
     """
 
-    def __init__(self, lake: Lake, *, max_trajectories: int = 256, max_seconds: float = 5.0) -> None:
+    def __init__(
+        self, lake: Lake, *, max_trajectories: int = 256, max_seconds: float = 5.0
+    ) -> None:
         if max_trajectories < 1:
             raise ValueError("max_trajectories must be ≥ 1")
         if max_seconds <= 0:
@@ -116,6 +118,9 @@ class BufferedWriter:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()

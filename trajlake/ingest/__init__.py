@@ -1,0 +1,21 @@
+"""Ingest: read rollouts in their native formats into the lake, quarantining bad records."""
+
+from trajlake.ingest._adapter import Adapter, BadRecord, ParsedTrajectory
+from trajlake.ingest._pipeline import IngestOptions, IngestReport, ingest
+from trajlake.ingest._registry import ADAPTERS, detect, format_names, get_adapter
+from trajlake.ingest._sources import SourceFile, expand_sources
+
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "BadRecord",
+    "IngestOptions",
+    "IngestReport",
+    "ParsedTrajectory",
+    "SourceFile",
+    "detect",
+    "expand_sources",
+    "format_names",
+    "get_adapter",
+    "ingest",
+]

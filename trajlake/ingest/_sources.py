@@ -1,0 +1,111 @@
+"""Input sources: paths, directories (recursive), globs and fsspec URLs, plain or compressed."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, Any
+
+import fsspec
+from fsspec.utils import infer_compression
+
+from trajlake.errors import TrajlakeError
+
+_SKIP_NAMES = {".DS_Store", "LICENSE", "LICENSE.txt", "NOTICE"}
+_SKIP_DIRS = {".git", "__pycache__", "_trajlake", "_delta_log"}
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One input file: its URI as reported to users, and how to open it."""
+
+    uri: str
+    size: int | None
+    storage_options: Mapping[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """Base name without compression suffix."""
+        base = self.uri.rstrip("/").rsplit("/", 1)[-1]
+        for suffix in (".gz", ".zst", ".bz2", ".xz"):
+            if base.endswith(suffix):
+                return base[: -len(suffix)]
+        return base
+
+    @contextmanager
+    def open(self) -> Iterator[IO[bytes]]:
+        """Open for binary reading, decompressing by suffix (.gz, .zst, .bz2, .xz)."""
+        compression = infer_compression(self.uri)
+        with fsspec.open(
+            self.uri, "rb", compression=compression, **(self.storage_options or {})
+        ) as f:
+            yield f
+
+
+def _walk_local(root: str) -> Iterator[str]:
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            if name not in _SKIP_NAMES and not name.startswith("."):
+                yield os.path.join(directory, name)
+
+
+def _expand_local(path: str) -> list[str]:
+    if any(ch in path for ch in "*?["):
+        matches = sorted(glob.glob(path, recursive=True))
+        return [m for p in matches for m in ([p] if os.path.isfile(p) else list(_walk_local(p)))]
+    if os.path.isdir(path):
+        return list(_walk_local(path))
+    if os.path.isfile(path):
+        return [path]
+    raise TrajlakeError(f"input not found: {path!r}")
+
+
+def _expand_remote(url: str, storage_options: Mapping[str, Any] | None) -> list[SourceFile]:
+    fs, _, paths = fsspec.get_fs_token_paths(url, storage_options=dict(storage_options or {}))
+    protocol = fs.protocol[0] if isinstance(fs.protocol, tuple) else fs.protocol
+    found: list[SourceFile] = []
+    for path in paths:
+        if fs.isdir(path):
+            for sub in sorted(fs.find(path)):
+                found.append(SourceFile(f"{protocol}://{sub}", fs.size(sub), storage_options))
+        else:
+            size = fs.size(path) if fs.exists(path) else None
+            uri = path if "://" in path else f"{protocol}://{path}"
+            found.append(
+                SourceFile(uri if protocol not in ("http", "https") else url, size, storage_options)
+            )
+    if not found:
+        raise TrajlakeError(f"input not found: {url!r}")
+    return found
+
+
+def expand_sources(
+    inputs: Sequence[str | os.PathLike[str]], storage_options: Mapping[str, Any] | None = None
+) -> list[SourceFile]:
+    """Every file named by the inputs, in a stable order, each once."""
+    seen: set[str] = set()
+    out: list[SourceFile] = []
+    for item in inputs:
+        text = os.fspath(item)
+        if "://" in text and not text.startswith("file://"):
+            files = _expand_remote(text, storage_options)
+        else:
+            local = text.removeprefix("file://")
+            files = [
+                SourceFile(os.path.abspath(p), os.path.getsize(p)) for p in _expand_local(local)
+            ]
+        for f in files:
+            if f.uri not in seen:
+                seen.add(f.uri)
+                out.append(f)
+    return out
+
+
+def read_head(source: SourceFile, size: int = 65536) -> bytes:
+    """The first bytes of a (decompressed) file, for format detection."""
+    with source.open() as f:
+        return f.read(size)
