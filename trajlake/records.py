@@ -6,15 +6,18 @@ content hash, a deterministic id) without inventing anything the source did not 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+from pydantic_core import PydanticUndefined
 
 from trajlake._arrow_types import dump_json
 from trajlake.schema import (
+    RECORD_TYPES,
     SORT_KEYS,
     CanonicalTrajectory,
     Message,
@@ -94,12 +97,25 @@ def normalize(record: CanonicalTrajectory) -> CanonicalTrajectory:
     return record
 
 
+@functools.cache
+def _defaults(table: str) -> dict[str, Any]:
+    fields = RECORD_TYPES[table].model_fields
+    return {
+        name: info.default
+        for name, info in fields.items()
+        if info.default is not PydanticUndefined and info.default is not None
+    }
+
+
 def rows_for_table(table: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
-    """Build one table's Arrow data from plain row dicts (JSON columns still as objects)."""
+    """Build one table's Arrow data from plain row dicts (JSON columns still as objects).
+
+    Missing keys take the record type's defaults, so a row dict means what the record would.
+    """
     schema = table_schema(table)
     json_cols = json_columns(table)
-    if json_cols:
-        rows = [{**r, **{c: dump_json(r.get(c)) for c in json_cols}} for r in rows]
+    defaults = _defaults(table)
+    rows = [{**defaults, **r, **{c: dump_json(r.get(c)) for c in json_cols}} for r in rows]
     data = pa.Table.from_pylist(list(rows), schema=schema)
     sort_keys = SORT_KEYS.get(table)
     if sort_keys and data.num_rows > 1:

@@ -336,8 +336,17 @@ def json_schema_documents() -> dict[str, dict[str, Any]]:
     docs: dict[str, dict[str, Any]] = {}
     for table, record in RECORD_TYPES.items():
         docs[table] = _document(record.model_json_schema(), table)
-    docs["canonical"] = _document(CanonicalTrajectory.model_json_schema(), "canonical")
+    docs["canonical"] = _document(_canonical_json_schema(), "canonical")
     return docs
+
+
+def _canonical_json_schema() -> dict[str, Any]:
+    """Canonical lines may omit ids that are implied (see CanonicalTrajectory)."""
+    schema = CanonicalTrajectory.model_json_schema()
+    schema["required"] = [r for r in schema.get("required", []) if r != "trajectory_id"]
+    message = schema["$defs"]["Message"]
+    message["required"] = [r for r in message["required"] if r not in ("trajectory_id", "idx")]
+    return schema
 
 
 def _document(schema: dict[str, Any], stem: str) -> dict[str, Any]:
@@ -347,3 +356,27 @@ def _document(schema: dict[str, Any], stem: str) -> dict[str, Any]:
         "x-trajlake-schema-version": SCHEMA_VERSION,
         **schema,
     }
+
+
+def render_schema_files() -> dict[str, str]:
+    """The checked-in `schemas/` folder's files: name → text (JSON Schema, stable formatting)."""
+    import json
+
+    return {
+        f"{stem}.json": json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        for stem, doc in json_schema_documents().items()
+    }
+
+
+def write_schema_files(directory: str) -> list[str]:
+    """Regenerate the JSON Schema files in `directory`; returns the paths written."""
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for name, text in render_schema_files().items():
+        path = os.path.join(directory, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        written.append(path)
+    return written

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import io
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -39,10 +40,10 @@ class SourceFile:
     def open(self) -> Iterator[IO[bytes]]:
         """Open for binary reading, decompressing by suffix (.gz, .zst, .bz2, .xz)."""
         compression = infer_compression(self.uri)
-        with fsspec.open(
-            self.uri, "rb", compression=compression, **(self.storage_options or {})
-        ) as f:
-            yield f
+        options = self.storage_options or {}
+        with fsspec.open(self.uri, "rb", compression=compression, **options) as f:
+            # zstandard's reader cannot iterate lines; a buffered wrapper can (and reads ahead).
+            yield io.BufferedReader(f, 1 << 20) if compression == "zstd" else f
 
 
 def _walk_local(root: str) -> Iterator[str]:

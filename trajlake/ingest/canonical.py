@@ -30,11 +30,14 @@ class CanonicalAdapter:
 
     def sniff(self, source: SourceFile, head: bytes) -> float:
         """Sure when the first line is an object with messages and only canonical keys."""
-        first = head.split(b"\n", 1)[0].strip()
+        first, newline, _ = head.partition(b"\n")
         try:
             obj = json.loads(first)
         except ValueError:
-            return 0.0
+            # A first line longer than the sniffed head: judge by the keys it starts with.
+            complete = bool(newline)
+            looks = first.lstrip().startswith(b'{"trajectory_id"') and b'"messages"' in first
+            return 0.6 if looks and not complete else 0.0
         if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
             return 0.0
         keys = set(obj)

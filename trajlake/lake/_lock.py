@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlparse
 
 from trajlake.errors import LockTimeout, UnsupportedStorage, missing_extra
@@ -25,14 +25,6 @@ logger = logging.getLogger(__name__)
 
 LOCK_NAME = "_trajlake/commit.lock"
 DEFAULT_LEASE_S = 60.0
-
-
-class _Backend(Protocol):
-    ident: str
-
-    def acquire(self, deadline: float) -> bool: ...
-
-    def release(self) -> None: ...
 
 
 class _Holder:
@@ -79,7 +71,7 @@ def commit_lock(
     a crashed holder blocks others for at most ``lease_s`` (assumes roughly synced clocks).
     """
     scheme = urlparse(root).scheme.lower() if "://" in root else ""
-    backend: _Backend
+    backend: _Flock | _S3Lease
     if scheme in ("", "file"):
         path = urlparse(root).path if scheme else root
         backend = _Flock(os.path.join(os.path.abspath(path), *LOCK_NAME.split("/")))
@@ -96,7 +88,7 @@ def commit_lock(
 
 
 @contextlib.contextmanager
-def _held(backend: _Backend, timeout_s: float) -> Iterator[None]:
+def _held(backend: _Flock | _S3Lease, timeout_s: float) -> Iterator[None]:
     deadline = time.monotonic() + timeout_s
     with _holders_guard:
         holder = _holders.setdefault(backend.ident, _Holder())
@@ -147,63 +139,63 @@ class _Flock:
         self._fd = os.open(self.ident, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         _open_fds.add(self._fd)
         # Non-blocking attempts in a loop, because a blocking flock cannot honour the timeout.
-        if _wait(deadline, self._try, 0.002, 0.1):
-            return True
+        try:
+            if _wait(deadline, self._try, 0.002, 0.1):
+                return True
+        except BaseException:  # e.g. KeyboardInterrupt while waiting: don't leak the fd
+            self.release()
+            raise
         self.release()
         return False
 
     def release(self) -> None:
-        # Unlock explicitly too: a child forked behind our back may share this open file.
-        with contextlib.suppress(OSError):
+        # After a fork the child's copy is already closed (and the number maybe reused): skip.
+        if self._fd in _open_fds:
+            _open_fds.discard(self._fd)
+            # Unlock explicitly too: a child forked behind our back may share this open file.
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        _open_fds.discard(self._fd)
-        os.close(self._fd)
+            os.close(self._fd)
         self._fd = -1
 
 
 def _status(exc: BaseException) -> int:
-    """HTTP status of a botocore ClientError; 0 for anything else (network errors)."""
+    # HTTP status of a botocore ClientError; 0 for anything else (e.g. network errors).
     response = getattr(exc, "response", None) or {}
     return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
+def _opt(options: Mapping[str, str], *names: str) -> str | None:
+    """First non-empty storage option among ``names`` (delta-rs keys are case-insensitive)."""
+    lower = {k.lower(): v for k, v in options.items()}
+    return next((lower[n] for n in names if lower.get(n)), None)
+
+
 def _s3_client(options: Mapping[str, str]) -> Any:
     """A botocore S3 client for delta-rs style storage options, cached: creating one costs ~0.2s."""
-    cache_key = frozenset(options.items())
-    with _holders_guard:
-        if cache_key not in _clients:
-            _clients[cache_key] = _new_s3_client(options)
-        return _clients[cache_key]
-
-
-def _new_s3_client(options: Mapping[str, str]) -> Any:
     try:
         import botocore.session
-        from botocore import UNSIGNED
         from botocore.config import Config
     except ImportError as exc:
         raise missing_extra("boto3", "s3") from exc
-    opts = {k.lower(): v for k, v in options.items()}
-
-    def pick(*names: str) -> str | None:
-        return next((opts[n] for n in names if opts.get(n)), None)
-
-    endpoint = pick("aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
-    virtual = pick("aws_virtual_hosted_style_request", "virtual_hosted_style_request") or ""
-    # delta-rs (object_store) uses path-style URLs with a custom endpoint unless told otherwise.
-    style = "virtual" if virtual.lower() == "true" else ("path" if endpoint else "auto")
-    config = Config(s3={"addressing_style": style}, retries={"mode": "standard"})
-    if (pick("aws_skip_signature", "skip_signature") or "").lower() == "true":
-        config = config.merge(Config(signature_version=UNSIGNED))
-    return botocore.session.Session(profile=pick("aws_profile", "profile")).create_client(
-        "s3",
-        region_name=pick("aws_region", "region", "aws_default_region"),
-        endpoint_url=endpoint,
-        aws_access_key_id=pick("aws_access_key_id", "access_key_id"),
-        aws_secret_access_key=pick("aws_secret_access_key", "secret_access_key"),
-        aws_session_token=pick("aws_session_token", "aws_token", "session_token", "token"),
-        config=config,
-    )
+    cache_key = frozenset(options.items())
+    with _holders_guard:
+        if cache_key in _clients:
+            return _clients[cache_key]
+        endpoint = _opt(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+        virtual = _opt(options, "aws_virtual_hosted_style_request", "virtual_hosted_style_request")
+        # delta-rs (object_store) uses path-style URLs with a custom endpoint unless told not to.
+        style = "virtual" if (virtual or "").lower() == "true" else ("path" if endpoint else "auto")
+        session = botocore.session.Session(profile=_opt(options, "aws_profile", "profile"))
+        client = _clients[cache_key] = session.create_client(
+            "s3",
+            region_name=_opt(options, "aws_region", "region", "aws_default_region"),
+            endpoint_url=endpoint,
+            aws_access_key_id=_opt(options, "aws_access_key_id", "access_key_id"),
+            aws_secret_access_key=_opt(options, "aws_secret_access_key", "secret_access_key"),
+            aws_session_token=_opt(options, "aws_session_token", "aws_token", "session_token"),
+            config=Config(s3={"addressing_style": style}, retries={"mode": "standard"}),
+        )
+        return client
 
 
 class _S3Lease:
@@ -214,8 +206,8 @@ class _S3Lease:
         prefix = url.path.strip("/")
         self.bucket = url.netloc
         self.key = f"{prefix}/{LOCK_NAME}" if prefix else LOCK_NAME
-        endpoint = {k.lower(): v for k, v in options.items()}.get("aws_endpoint_url", "")
-        self.ident = f"s3://{self.bucket}/{self.key}@{endpoint}"
+        endpoint = _opt(options, "aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
+        self.ident = f"s3://{self.bucket}/{self.key}@{endpoint or 'aws'}"
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         self._options, self._lease_s = options, lease_s
         self._client: Any = None
@@ -309,6 +301,6 @@ class _S3Lease:
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join()
-        if self._etag is None or not self._delete(self._etag):
+        if self._etag is not None and not self._delete(self._etag):
             logger.error("commit lease %s was lost before release", self.ident)
         logger.debug("released commit lease %s", self.ident)

@@ -1,0 +1,80 @@
+"""Derived fields: turns, rollups and content hashes are computed, never invented."""
+
+from __future__ import annotations
+
+from trajlake.records import content_hash, normalize
+from trajlake.schema import CanonicalTrajectory
+
+
+def _record(**fields: object) -> CanonicalTrajectory:
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "task"},
+        {
+            "role": "assistant",
+            "content": "a0",
+            "tool_calls": [{"id": "c0", "name": "bash", "arguments": '{"cmd": "ls"}'}],
+            "prompt_tokens": 100,
+            "completion_tokens": 10,
+        },
+        {"role": "tool", "tool_call_id": "c0", "content": "out"},
+        {"role": "assistant", "content": "sub", "thread": "sub-1"},
+        {"role": "assistant", "content": "a1", "prompt_tokens": 150, "completion_tokens": 20},
+        {"role": "user", "content": "continue"},
+    ]
+    return CanonicalTrajectory.model_validate(
+        {"trajectory_id": "t", "messages": messages, **fields}
+    )
+
+
+def test_turns_follow_assistant_messages_per_thread() -> None:
+    record = normalize(_record())
+    assert [(m.thread, m.idx, m.turn) for m in record.messages] == [
+        ("main", 0, None),
+        ("main", 1, None),
+        ("main", 2, 0),
+        ("main", 3, 0),
+        ("sub-1", 0, 0),
+        ("main", 4, 1),
+        ("main", 5, 1),
+    ]
+
+
+def test_rollups_sum_what_is_known_and_leave_unknown_null() -> None:
+    record = normalize(_record())
+    assert record.n_messages == 7
+    assert record.n_turns == 2  # main thread only
+    assert record.n_tool_calls == 1
+    assert record.prompt_tokens == 250
+    assert record.completion_tokens == 30
+    assert record.total_tokens == 280
+    bare = normalize(
+        CanonicalTrajectory.model_validate({"trajectory_id": "b", "messages": [{"role": "user"}]})
+    )
+    assert bare.prompt_tokens is None and bare.total_tokens is None and bare.cost_usd is None
+
+
+def test_values_from_the_source_win_over_derived_ones() -> None:
+    record = normalize(_record(prompt_tokens=999, n_turns=7))
+    assert record.prompt_tokens == 999
+    assert record.n_turns == 7
+
+
+def test_content_hash_ignores_ids_and_json_spacing_but_not_content() -> None:
+    a = normalize(_record()).content_hash
+    b_record = _record(trajectory_id="other")
+    b_record.messages[2].tool_calls[0].arguments = '{ "cmd":"ls" }'  # type: ignore[index]
+    b_record.messages[2].prompt_tokens = 5
+    assert normalize(b_record).content_hash == a
+    c_record = _record()
+    c_record.messages[1].content = "another task"
+    assert content_hash(c_record.messages) != a
+
+
+def test_missing_id_is_derived_from_content() -> None:
+    data = {"messages": [{"role": "user", "content": "x"}]}
+    first = normalize(CanonicalTrajectory.model_validate(data))
+    second = normalize(CanonicalTrajectory.model_validate(data))
+    assert first.trajectory_id == second.trajectory_id
+    assert first.trajectory_id.startswith("h-")
+    assert first.messages[0].trajectory_id == first.trajectory_id

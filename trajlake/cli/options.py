@@ -1,0 +1,117 @@
+"""Options shared by commands: `--lake` (+ storage options), `--at` and `--output`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+import click
+
+import trajlake as tl
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+LAKE_ENV = "TRAJLAKE_LAKE"
+STORAGE_OPTIONS_ENV = "TRAJLAKE_STORAGE_OPTIONS"
+
+
+@dataclass(frozen=True)
+class LakeSpec:
+    """Where a lake lives and how to reach it; opened only when a command needs it."""
+
+    uri: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def open(self, *, create: bool = False) -> tl.Lake:
+        """Open the lake (LakeNotFound unless it exists or `create`)."""
+        return tl.open_lake(self.uri, create=create, storage_options=self.options())
+
+    def init(self) -> tl.Lake:
+        """Create the lake (LakeAlreadyExists if one is there)."""
+        return tl.init_lake(self.uri, storage_options=self.options())
+
+    def options(self) -> dict[str, str] | None:
+        """Storage options for the API, None when there are none."""
+        return dict(self.storage_options) or None
+
+
+def parse_storage_options(
+    pairs: Sequence[str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Storage options from `TRAJLAKE_STORAGE_OPTIONS` (a JSON object), then `KEY=VALUE` pairs."""
+    env = os.environ if environ is None else environ
+    options: dict[str, str] = {}
+    text = env.get(STORAGE_OPTIONS_ENV, "").strip()
+    if text:
+        try:
+            loaded = json.loads(text)
+        except ValueError as e:
+            raise click.BadParameter(
+                f"{STORAGE_OPTIONS_ENV} must be a JSON object of strings: {e}"
+            ) from e
+        if not isinstance(loaded, dict):
+            raise click.BadParameter(f"{STORAGE_OPTIONS_ENV} must be a JSON object of strings")
+        options.update({str(k): str(v) for k, v in loaded.items()})
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(
+                f"expected KEY=VALUE, got {pair!r}", param_hint="'--storage-option'"
+            )
+        options[key.strip()] = value
+    return options
+
+
+def lake_options(func: F) -> F:
+    """Add `--lake` (env TRAJLAKE_LAKE) and `--storage-option`; the command receives a LakeSpec."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, lake: str, storage_option: tuple[str, ...], **kwargs: Any) -> Any:
+        spec = LakeSpec(lake, parse_storage_options(storage_option))
+        return func(*args, lake=spec, **kwargs)
+
+    wrapper = click.option(
+        "--storage-option",
+        "storage_option",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help=(
+            "Object-store option (credentials, endpoint, region), repeatable; "
+            f"also env {STORAGE_OPTIONS_ENV} as a JSON object."
+        ),
+    )(wrapper)
+    wrapper = click.option(
+        "--lake",
+        envvar=LAKE_ENV,
+        required=True,
+        metavar="URI",
+        help=f"Lake URI: a path, memory://NAME, s3://, gs:// or az:// (env {LAKE_ENV}).",
+    )(wrapper)
+    return cast(F, wrapper)
+
+
+at_option = click.option(
+    "--at",
+    "at",
+    default=None,
+    metavar="REF",
+    help="Read at a snapshot: an id, a tag name, an ISO timestamp or 'latest' (default).",
+)
+
+
+def output_option(*choices: str) -> Callable[[F], F]:
+    """`--output` with the given formats (the first is the default)."""
+    formats = choices or ("text", "json")
+    return click.option(
+        "--output",
+        "-o",
+        "output",
+        type=click.Choice(formats),
+        default=formats[0],
+        show_default=True,
+        help="Output format: text for people, json (or csv) for programs.",
+    )
