@@ -1,0 +1,147 @@
+"""Data commands: ingest, sql, show and export (jsonl)."""
+
+from __future__ import annotations
+
+from typing import cast, get_args
+
+import click
+
+from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
+from trajlake.cli.output import make_output
+from trajlake.cli.progress import progress_for
+from trajlake.ingest import format_names
+from trajlake.schema import Stage
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@lake_options
+@click.option(
+    "--create", is_flag=True, help="Create the lake first if there is none at --lake."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", *format_names()]),
+    default="auto",
+    show_default=True,
+    help="Source format; auto detects it from each file's content.",
+)
+@click.option("--generation", type=int, default=None, help="Agent generation to record.")
+@click.option("--run-id", default=None, help="Run / experiment id to record.")
+@click.option("--stage", type=click.Choice(get_args(Stage)), default=None, help="Stage to record.")
+@click.option("--strict", is_flag=True, help="Fail on the first bad record instead of quarantining.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Trajectories per commit (bounds memory).",
+)
+@output_option()
+def ingest(
+    paths: tuple[str, ...],
+    lake: LakeSpec,
+    create: bool,
+    fmt: str,
+    generation: int | None,
+    run_id: str | None,
+    stage: str | None,
+    strict: bool,
+    batch_size: int,
+    output: str,
+) -> None:
+    """Ingest trajectory files: paths, directories, globs or URLs (.gz/.zst too).
+
+    Bad records go to the quarantine table (with file, line and reason) unless --strict;
+    records already in the lake are counted as duplicates and not stored twice.
+    """
+    report = lake.open(create=create).ingest(
+        list(paths),
+        format=fmt,
+        generation=generation,
+        run_id=run_id,
+        stage=cast(Stage | None, stage),
+        strict=strict,
+        batch_size=batch_size,
+        progress=progress_for("bytes"),
+    )
+    make_output(output).ingest_report(report)
+
+
+@click.command()
+@click.argument("query")
+@lake_options
+@at_option
+@output_option("text", "json", "csv")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write all rows to this Parquet file instead of printing them.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="Rows shown by --output text (0: all); json and csv print every row.",
+)
+def sql(
+    query: str, lake: LakeSpec, at: str | None, output: str, out: str | None, limit: int
+) -> None:
+    """Run a read-only SQL QUERY (DuckDB) over the lake's tables at a snapshot.
+
+    Tables: trajectories, messages, calls, labels, credits, scores, models, quarantine;
+    views: tool_calls, outcomes.
+    """
+    result = lake.open().sql(query, at=at)
+    if out is None:
+        make_output(output).query_result(result, limit=limit)
+        return
+    import pyarrow.parquet as pq
+
+    pq.write_table(result.to_arrow(), out)
+    make_output(output).query_written(out, len(result))
+
+
+@click.command()
+@click.argument("trajectory_id")
+@lake_options
+@at_option
+@click.option("--full", is_flag=True, help=f"Do not cut long tool results and arguments.")
+@output_option()
+def show(trajectory_id: str, lake: LakeSpec, at: str | None, full: bool, output: str) -> None:
+    """Show one trajectory as a transcript (json: the canonical record)."""
+    record = lake.open().trajectory(trajectory_id, at=at)
+    make_output(output).trajectory(record, full=full)
+
+
+@click.group("export")
+def export_group() -> None:
+    """Export trajectories from the lake."""
+
+
+@export_group.command("jsonl")
+@click.argument("out", metavar="OUT")
+@lake_options
+@at_option
+@click.option(
+    "--where",
+    default=None,
+    metavar="SQL",
+    help="SQL condition on the trajectories table, e.g. \"resolved AND stage = 'eval'\".",
+)
+@output_option()
+def export_jsonl_cmd(
+    out: str, lake: LakeSpec, at: str | None, where: str | None, output: str
+) -> None:
+    """Write canonical JSONL to OUT (a path or URL; .gz/.zst compress), one trajectory per line.
+
+    The file ingests back losslessly with `trajlake ingest`.
+    """
+    from trajlake.export.jsonl import export_jsonl
+
+    # The module function, not Lake.export_jsonl: only it accepts a progress reporter.
+    report = export_jsonl(lake.open(), out, at=at, where=where, progress=progress_for("items"))
+    make_output(output).export(report)

@@ -1,0 +1,102 @@
+"""The `trajlake` root command: global options, logging set-up and error handling.
+
+Errors about data, lake state or arguments (TrajlakeError, ValueError, OSError) end the command
+with one line on stderr and exit code 1; `--verbose` adds the traceback. Ctrl-C exits with 130.
+Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from typing import Any
+
+import click
+from rich.logging import RichHandler
+
+import trajlake as tl
+from trajlake.cli.data_cmds import export_group, ingest, show, sql
+from trajlake.cli.lake_cmds import init, log_cmd, maintain, schema, tag, tags, validate
+from trajlake.cli.progress import stderr_console
+
+USER_ERRORS: tuple[type[BaseException], ...] = (tl.TrajlakeError, ValueError, OSError)
+"""What a user can fix: reported in one line, without a traceback."""
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+EXIT_INTERRUPTED = 130
+
+
+def one_line(error: BaseException) -> str:
+    """The error message on one line (engines such as DuckDB add context lines and carets)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    text = " ".join(line for line in lines if line and set(line) != {"^"})
+    return text or type(error).__name__
+
+
+def configure_logging(level: str) -> logging.Handler:
+    """Send trajlake's log records to stderr at `level` (rich on a terminal, plain otherwise)."""
+    handler: logging.Handler
+    if getattr(sys.stderr, "isatty", lambda: False)():
+        handler = RichHandler(console=stderr_console(), show_path=False)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("trajlake")
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    return handler
+
+
+def _remove_handler(handler: logging.Handler) -> None:
+    logger = logging.getLogger("trajlake")
+    logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
+
+
+class TrajlakeGroup(click.Group):
+    """A group that turns user errors into one stderr line and Ctrl-C into exit code 130."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        except USER_ERRORS as e:
+            if ctx.params.get("verbose"):
+                click.echo("".join(traceback.format_exception(e)).rstrip(), err=True)
+            click.echo(f"error: {one_line(e)}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=TrajlakeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(tl.__version__, "--version", "-V", prog_name="trajlake")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="WARNING",
+    show_default=True,
+    envvar="TRAJLAKE_LOG_LEVEL",
+    help="Log records at this level and above go to stderr (env TRAJLAKE_LOG_LEVEL).",
+)
+@click.option("--verbose", "-v", is_flag=True, help="Show the traceback of errors.")
+@click.pass_context
+def cli(ctx: click.Context, log_level: str, verbose: bool) -> None:
+    """trajlake: agent rollouts as versioned training assets in a lake of Delta tables.
+
+    Every command that works on a lake takes --lake URI (or env TRAJLAKE_LAKE); commands that
+    read take --at REF (a snapshot id, tag, ISO timestamp or 'latest').
+    """
+    handler = configure_logging(log_level)
+    ctx.call_on_close(lambda: _remove_handler(handler))
+
+
+for command in (init, ingest, sql, show, log_cmd, tag, tags, validate, maintain, schema):
+    cli.add_command(command)
+cli.add_command(export_group)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="trajlake")

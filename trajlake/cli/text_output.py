@@ -1,0 +1,191 @@
+"""Text rendering of command results for people: short summaries and rich tables on stdout."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from trajlake.cli.output import Output, result_columns, to_jsonable
+from trajlake.cli.transcript import render_transcript
+
+if TYPE_CHECKING:
+    from trajlake import (
+        CanonicalTrajectory,
+        Lake,
+        MaintenanceReport,
+        QueryResult,
+        Snapshot,
+        Tag,
+        ValidationReport,
+    )
+    from trajlake.export.jsonl import ExportReport
+    from trajlake.ingest import IngestReport
+
+PROBLEMS_SHOWN = 5
+CELL_WIDTH = 60
+
+
+def format_time(value: str | dt.datetime) -> str:
+    """A timestamp to the second, in UTC."""
+    when = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    if when.tzinfo is not None:
+        when = when.astimezone(dt.timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_mb(n_bytes: int) -> str:
+    """Bytes as MB with two decimals."""
+    return f"{n_bytes / 1e6:.2f} MB"
+
+
+def cell(value: Any) -> Text:
+    """One table cell: NULL dimmed, long text cut, binary as its size."""
+    if value is None:
+        return Text("NULL", style="dim")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return Text(f"<{len(bytes(value))} bytes>", style="dim")
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        text = value.isoformat()
+    elif isinstance(value, (Mapping, list, tuple)):
+        text = json.dumps(to_jsonable(value), ensure_ascii=False)
+    else:
+        text = str(value)
+    text = text.replace("\n", "\\n")
+    if len(text) > CELL_WIDTH:
+        text = text[: CELL_WIDTH - 1] + "…"
+    return Text(text)
+
+
+def added_summary(summary: Mapping[str, Any]) -> str:
+    """'trajectories 40, messages 812' from a snapshot's summary (non-zero tables only)."""
+    added = summary.get("added")
+    if not isinstance(added, Mapping):
+        return ""
+    return ", ".join(f"{table} {n}" for table, n in added.items() if n)
+
+
+class TextOutput(Output):
+    """Human-readable output on stdout."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(highlight=False)
+
+    def line(self, text: str | Text = "") -> None:
+        """Print one line without markup interpretation."""
+        self.console.print(text if isinstance(text, Text) else Text(text))
+
+    def lake_created(self, lake: Lake) -> None:
+        self.line(f"created lake {lake.uri}")
+
+    def ingest_report(self, report: IngestReport) -> None:
+        formats = ", ".join(f"{name}: {n}" for name, n in sorted(report.formats.items()))
+        self.line(
+            f"read {report.files} file(s) ({formats or 'none'}), {format_mb(report.bytes_read)} "
+            f"in {report.seconds:.2f} s ({report.mb_per_s:.1f} MB/s)"
+        )
+        self.line(
+            f"snapshot {report.snapshot_id}: {report.added} added, {report.duplicates} "
+            f"duplicates, {report.quarantined} quarantined"
+        )
+        for problem in report.problems[:PROBLEMS_SHOWN]:
+            self.line(Text(f"  {problem}", style="yellow"))
+        if report.quarantined > PROBLEMS_SHOWN:
+            more = report.quarantined - PROBLEMS_SHOWN
+            self.line(f"  … and {more} more (see the quarantine table)")
+        for skipped in report.files_skipped:
+            self.line(Text(f"skipped (unknown format): {skipped}", style="dim"))
+
+    def query_result(self, result: QueryResult, *, limit: int) -> None:
+        data = result.to_arrow()
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+        for name in data.column_names:
+            table.add_column(name, overflow="fold")
+        shown = data.slice(0, limit) if limit else data
+        for row in zip(*result_columns(shown)):
+            table.add_row(*(cell(v) for v in row))
+        if data.num_columns:
+            self.console.print(table)
+        total = data.num_rows
+        if shown.num_rows < total:
+            self.line(f"{shown.num_rows} of {total} rows shown (raise --limit, or --output csv)")
+        else:
+            self.line(f"{total} row{'s' if total != 1 else ''}")
+
+    def query_written(self, path: str, rows: int) -> None:
+        self.line(f"wrote {rows} rows to {path}")
+
+    def snapshots(self, snapshots: Sequence[Snapshot], tags: Mapping[int, list[str]]) -> None:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+        for name in ("snapshot", "time (UTC)", "operation", "added", "tags"):
+            table.add_column(name, justify="right" if name == "snapshot" else "left")
+        for s in snapshots:
+            table.add_row(
+                str(s.snapshot_id),
+                format_time(s.timestamp),
+                s.operation,
+                added_summary(s.summary),
+                Text(", ".join(tags.get(s.snapshot_id, [])), style="bold"),
+            )
+        self.console.print(table)
+
+    def tag_created(self, tag: Tag) -> None:
+        self.line(f"tagged snapshot {tag.snapshot_id} as {tag.name}")
+
+    def tags(self, tags: Sequence[Tag]) -> None:
+        if not tags:
+            self.line("no tags")
+            return
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+        for name in ("tag", "snapshot", "created (UTC)", "note"):
+            table.add_column(name)
+        for tag in tags:
+            table.add_row(tag.name, str(tag.snapshot_id), format_time(tag.created_at), tag.note)
+        self.console.print(table)
+
+    def trajectory(self, record: CanonicalTrajectory, *, full: bool) -> None:
+        render_transcript(self.console, record, full=full)
+
+    def validation(self, report: ValidationReport) -> None:
+        checked = (
+            f"{report.snapshots_checked} snapshot(s) checked, "
+            f"{report.snapshots_expired} expired"
+        )
+        for table, n in sorted(report.orphan_versions.items()):
+            self.line(f"table {table}: {n} uncommitted version(s) left by a crashed writer")
+        if report.ok:
+            self.line(Text(f"ok: {checked}", style="green"))
+            return
+        self.line(Text(f"{len(report.problems)} problem(s); {checked}:", style="red"))
+        for problem in report.problems:
+            self.line(f"  {problem}")
+
+    def maintenance(self, report: MaintenanceReport) -> None:
+        what = "dry run" if report.dry_run else f"snapshot {report.snapshot_id}"
+        self.line(f"maintenance ({what}) in {report.seconds:.2f} s")
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+        for name in ("table", "files", "compacted", "checkpoint", "log removed", "vacuumed"):
+            table.add_column(name, justify="left" if name == "table" else "right")
+        for name, t in report.tables.items():
+            table.add_row(
+                name,
+                f"{t.files_before} → {t.files_after}",
+                "yes" if t.compacted else "",
+                "" if t.checkpoint_version is None else str(t.checkpoint_version),
+                str(t.log_files_removed),
+                str(t.data_files_vacuumed),
+            )
+        self.console.print(table)
+
+    def export(self, report: ExportReport) -> None:
+        self.line(
+            f"exported {report.trajectories} trajectories ({report.messages} messages, "
+            f"{format_mb(report.bytes_written)}) from snapshot {report.snapshot_id} "
+            f"to {report.path} in {report.seconds:.2f} s"
+        )

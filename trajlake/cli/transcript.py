@@ -1,0 +1,155 @@
+"""`trajlake show`: a trajectory as a readable transcript (header, then each thread's messages)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from trajlake.schema import CanonicalTrajectory, Message, ToolCall
+
+MAX_LINES = 40
+"""Tool results and long arguments are cut to this many lines unless `--full`."""
+ONE_LINE_ARGUMENTS = 100
+
+ROLE_STYLES = {
+    "system": "magenta",
+    "user": "green",
+    "assistant": "bold cyan",
+    "tool": "yellow",
+}
+
+
+def _join(*parts: str | None, sep: str = " · ") -> str:
+    return sep.join(p for p in parts if p)
+
+
+def _count(n: int | None, what: str) -> str | None:
+    return None if n is None else f"{n:,} {what}"
+
+
+def header_fields(t: CanonicalTrajectory) -> Iterator[tuple[str, str]]:
+    """(label, value) lines of the header, skipping what the trajectory does not record."""
+    outcome = _join(
+        t.status,
+        None if t.resolved is None else ("resolved" if t.resolved else "unresolved"),
+        None if t.reward is None else f"reward {t.reward:g}",
+        t.outcome_source and f"({t.outcome_source})",
+    )
+    rows = [
+        ("task", _join(t.task_id, t.task_source and f"({t.task_source})", sep=" ")),
+        ("harness", _join(t.harness, t.harness_version, sep=" ")),
+        ("model", t.policy_model or ""),
+        ("outcome", outcome),
+        (
+            "turns",
+            _join(
+                _count(t.n_turns, "turns"),
+                _count(t.n_tool_calls, "tool calls"),
+                _count(t.n_messages, "messages"),
+            ),
+        ),
+        (
+            "tokens",
+            _join(
+                _count(t.prompt_tokens, "prompt"),
+                _count(t.completion_tokens, "completion"),
+                _count(t.total_tokens, "total"),
+            ),
+        ),
+        (
+            "run",
+            _join(
+                t.run_id,
+                t.stage and f"stage {t.stage}",
+                None if t.generation is None else f"generation {t.generation}",
+            ),
+        ),
+        ("started", t.started_at.isoformat() if t.started_at else ""),
+        ("source", _join(t.source_format, t.source_uri)),
+    ]
+    return ((label, value) for label, value in rows if value)
+
+
+def _clip(text: str, full: bool) -> str:
+    lines = text.splitlines()
+    if full or len(lines) <= MAX_LINES:
+        return text
+    hidden = len(lines) - MAX_LINES
+    return "\n".join([*lines[:MAX_LINES], f"… {hidden} more lines (--full shows all)"])
+
+
+def format_arguments(arguments: str | None, full: bool) -> str:
+    """Tool-call arguments: compact JSON when short, indented (and clipped) when long."""
+    if not arguments:
+        return ""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return _clip(arguments, full)
+    compact = json.dumps(parsed, ensure_ascii=False)
+    if len(compact) <= ONE_LINE_ARGUMENTS:
+        return compact
+    return _clip(json.dumps(parsed, ensure_ascii=False, indent=2), full)
+
+
+def _message_title(m: Message) -> Text:
+    style = "bold red" if m.role == "tool" and m.is_error else ROLE_STYLES.get(m.role, "")
+    title = Text(f"[{m.idx}] ", style="dim")
+    title.append(m.role, style=style)
+    details = _join(
+        m.name if m.role == "tool" else None,
+        None if m.turn is None else f"turn {m.turn}",
+        None if m.exit_code is None else f"exit {m.exit_code}",
+        "error" if m.is_error else None,
+        "copied context" if m.is_copied_context else None,
+    )
+    if details:
+        title.append(f"  {details}", style="dim")
+    return title
+
+
+def _tool_call(call: ToolCall, full: bool) -> Text:
+    text = Text("  → ", style="dim")
+    text.append(call.name, style="bold")
+    arguments = format_arguments(call.arguments, full)
+    if arguments:
+        text.append(" " + arguments.replace("\n", "\n    "))
+    return text
+
+
+def _body(console: Console, m: Message, full: bool) -> None:
+    if m.reasoning:
+        console.print(Text(m.reasoning, style="dim italic"))
+    if m.content:
+        content = _clip(m.content, full) if m.role == "tool" else m.content
+        console.print(Text(content))
+    for part in m.parts or ():
+        if part.type != "text":
+            console.print(Text(f"[{part.type}] {part.uri or ''} {part.mime_type or ''}".rstrip()))
+    for call in m.tool_calls or ():
+        console.print(_tool_call(call, full))
+
+
+def render_transcript(console: Console, t: CanonicalTrajectory, *, full: bool = False) -> None:
+    """Print the header and every message, thread by thread, in stored order."""
+    console.print(Text(f"trajectory {t.trajectory_id}", style="bold"))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim")
+    grid.add_column()
+    for label, value in header_fields(t):
+        grid.add_row(label, Text(value))
+    console.print(grid)
+    thread: str | None = None
+    for m in t.messages:
+        if m.thread != thread:
+            thread = m.thread
+            console.print(Rule(Text(f"thread {thread}"), style="dim"))
+        console.print(_message_title(m))
+        _body(console, m, full)
