@@ -98,7 +98,8 @@ class QueryResult:
 
     def to_dicts(self) -> list[dict[str, Any]]:
         """As a list of row dicts."""
-        return self._table.to_pylist()
+        rows: list[dict[str, Any]] = self._table.to_pylist()
+        return rows
 
     @property
     def columns(self) -> list[str]:
@@ -111,7 +112,7 @@ class QueryResult:
         return list(zip(*columns, strict=True)) if columns else []
 
     def __len__(self) -> int:
-        return self._table.num_rows
+        return int(self._table.num_rows)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.to_dicts())
@@ -138,7 +139,7 @@ class QuerySession:
         store = self.lake.tables_store
         version = self.snapshot.tables[table]
         con = self.connection
-        if self.lake.location.is_local and store.can_scan_files(table, version):
+        if self.lake.location.is_local and store.can_scan_files(table):
             files = [f.removeprefix("file://") for f in store.files(table, version)]
             if files:
                 listing = ", ".join(_quote(f) for f in files)

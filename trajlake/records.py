@@ -130,8 +130,8 @@ def records_to_table(table: str, records: Sequence[Any]) -> pa.Table:
 
 def trajectories_to_tables(records: Sequence[CanonicalTrajectory]) -> dict[str, pa.Table]:
     """Arrow data for `trajectories` and `messages` from canonical records (normalised first)."""
-    traj_rows = []
-    message_rows = []
+    traj_rows: list[dict[str, Any]] = []
+    message_rows: list[dict[str, Any]] = []
     for record in records:
         normalize(record)
         traj_rows.append(record.model_dump(exclude={"messages"}))
@@ -146,7 +146,7 @@ def table_to_rows(table: str, data: pa.Table) -> list[dict[str, Any]]:
     """Plain row dicts from one table's Arrow data, JSON columns parsed, maps as dicts."""
     json_cols = json_columns(table)
     map_cols = [f.name for f in data.schema if pa.types.is_map(f.type)]
-    rows = data.to_pylist()
+    rows: list[dict[str, Any]] = data.to_pylist()
     for row in rows:
         for c in json_cols:
             if row.get(c) is not None:

@@ -16,9 +16,7 @@ from trajlake.schema import Stage
 @click.command()
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @lake_options
-@click.option(
-    "--create", is_flag=True, help="Create the lake first if there is none at --lake."
-)
+@click.option("--create", is_flag=True, help="Create the lake first if there is none at --lake.")
 @click.option(
     "--format",
     "fmt",
@@ -30,7 +28,9 @@ from trajlake.schema import Stage
 @click.option("--generation", type=int, default=None, help="Agent generation to record.")
 @click.option("--run-id", default=None, help="Run / experiment id to record.")
 @click.option("--stage", type=click.Choice(get_args(Stage)), default=None, help="Stage to record.")
-@click.option("--strict", is_flag=True, help="Fail on the first bad record instead of quarantining.")
+@click.option(
+    "--strict", is_flag=True, help="Fail on the first bad record instead of quarantining it."
+)
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
@@ -109,7 +109,7 @@ def sql(
 @click.argument("trajectory_id")
 @lake_options
 @at_option
-@click.option("--full", is_flag=True, help=f"Do not cut long tool results and arguments.")
+@click.option("--full", is_flag=True, help="Do not cut long tool results and arguments.")
 @output_option()
 def show(trajectory_id: str, lake: LakeSpec, at: str | None, full: bool, output: str) -> None:
     """Show one trajectory as a transcript (json: the canonical record)."""

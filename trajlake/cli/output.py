@@ -79,10 +79,15 @@ def result_columns(table: pa.Table) -> list[list[Any]]:
     return columns
 
 
+def result_tuples(table: pa.Table) -> list[tuple[Any, ...]]:
+    """Rows of a query result as tuples, in column order (map columns as dicts)."""
+    return list(zip(*result_columns(table), strict=True))
+
+
 def result_rows(table: pa.Table) -> list[dict[str, Any]]:
     """Row dicts of a query result (a repeated column name keeps its last value)."""
     names = table.column_names
-    return [dict(zip(names, row, strict=True)) for row in zip(*result_columns(table))]
+    return [dict(zip(names, row, strict=True)) for row in result_tuples(table)]
 
 
 def tags_by_snapshot(tags: Sequence[Tag]) -> dict[int, list[str]]:
@@ -201,7 +206,7 @@ class CsvOutput(JsonOutput):
     def query_result(self, result: QueryResult, *, limit: int) -> None:
         writer = csv.writer(click.get_text_stream("stdout"), lineterminator="\n")
         writer.writerow(result.columns)
-        for row in zip(*result_columns(result.to_arrow())):
+        for row in result_tuples(result.to_arrow()):
             writer.writerow([_csv_cell(v) for v in row])
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from trajlake.cli.output import Output, result_columns, to_jsonable
+from trajlake.cli.output import Output, result_tuples, to_jsonable
 from trajlake.cli.transcript import render_transcript
 
 if TYPE_CHECKING:
@@ -68,7 +68,9 @@ def added_summary(summary: Mapping[str, Any]) -> str:
     added = summary.get("added")
     if not isinstance(added, Mapping):
         return ""
-    return ", ".join(f"{table} {n}" for table, n in added.items() if n)
+    # Trajectories first: the count people look for; then the other tables as committed.
+    order = sorted(added, key=lambda table: table != "trajectories")
+    return ", ".join(f"{table} {added[table]}" for table in order if added[table])
 
 
 class TextOutput(Output):
@@ -79,7 +81,7 @@ class TextOutput(Output):
 
     def line(self, text: str | Text = "") -> None:
         """Print one line without markup interpretation."""
-        self.console.print(text if isinstance(text, Text) else Text(text))
+        self.console.print(text if isinstance(text, Text) else Text(text), soft_wrap=True)
 
     def lake_created(self, lake: Lake) -> None:
         self.line(f"created lake {lake.uri}")
@@ -108,7 +110,7 @@ class TextOutput(Output):
         for name in data.column_names:
             table.add_column(name, overflow="fold")
         shown = data.slice(0, limit) if limit else data
-        for row in zip(*result_columns(shown)):
+        for row in result_tuples(shown):
             table.add_row(*(cell(v) for v in row))
         if data.num_columns:
             self.console.print(table)
@@ -154,8 +156,7 @@ class TextOutput(Output):
 
     def validation(self, report: ValidationReport) -> None:
         checked = (
-            f"{report.snapshots_checked} snapshot(s) checked, "
-            f"{report.snapshots_expired} expired"
+            f"{report.snapshots_checked} snapshot(s) checked, {report.snapshots_expired} expired"
         )
         for table, n in sorted(report.orphan_versions.items()):
             self.line(f"table {table}: {n} uncommitted version(s) left by a crashed writer")

@@ -40,7 +40,7 @@ def header_fields(t: CanonicalTrajectory) -> Iterator[tuple[str, str]]:
         t.status,
         None if t.resolved is None else ("resolved" if t.resolved else "unresolved"),
         None if t.reward is None else f"reward {t.reward:g}",
-        t.outcome_source and f"({t.outcome_source})",
+        t.outcome_source and f"judged by {t.outcome_source}",
     )
     rows = [
         ("task", _join(t.task_id, t.task_source and f"({t.task_source})", sep=" ")),
@@ -125,16 +125,18 @@ def _tool_call(call: ToolCall, full: bool) -> Text:
 
 
 def _body(console: Console, m: Message, full: bool) -> None:
+    # soft_wrap: long lines are left to the terminal (or pager), not broken into the text.
     if m.reasoning:
-        console.print(Text(m.reasoning, style="dim italic"))
+        console.print(Text(m.reasoning, style="dim italic"), soft_wrap=True)
     if m.content:
         content = _clip(m.content, full) if m.role == "tool" else m.content
-        console.print(Text(content))
+        console.print(Text(content), soft_wrap=True)
     for part in m.parts or ():
         if part.type != "text":
-            console.print(Text(f"[{part.type}] {part.uri or ''} {part.mime_type or ''}".rstrip()))
+            reference = f"[{part.type}] {part.uri or ''} {part.mime_type or ''}".rstrip()
+            console.print(Text(reference, style="dim"), soft_wrap=True)
     for call in m.tool_calls or ():
-        console.print(_tool_call(call, full))
+        console.print(_tool_call(call, full), soft_wrap=True)
 
 
 def render_transcript(console: Console, t: CanonicalTrajectory, *, full: bool = False) -> None:
@@ -151,5 +153,7 @@ def render_transcript(console: Console, t: CanonicalTrajectory, *, full: bool = 
         if m.thread != thread:
             thread = m.thread
             console.print(Rule(Text(f"thread {thread}"), style="dim"))
+        else:
+            console.print()
         console.print(_message_title(m))
         _body(console, m, full)

@@ -212,13 +212,14 @@ class Lake:
         commit_id = uuid.uuid4().hex
         with self._lock():
             head = self._log.latest()
-            self._repair(head)
+            self.recover(head)
             deduped = self._keys.dedupe(tables, head.tables)
             to_write = {n: t for n, t in deduped.tables.items() if t.num_rows}
             added = {n: t.num_rows for n, t in deduped.tables.items()}
             if not to_write:
                 return CommitResult(head, added, deduped.duplicates)
             versions = dict(head.tables)
+            self._log.begin(commit_id, sorted(to_write))
             for name, data in to_write.items():
                 versions[name] = self._tables.append(name, data, commit_id)
             info = {"commit_id": commit_id, "added": added, **(summary or {})}
@@ -226,18 +227,31 @@ class Lake:
                 head.snapshot_id + 1, utc_now(), operation, versions, info, head.snapshot_id
             )
             self._log.append(snap)
+            self._log.end()
         self._commits_since_maintenance += 1
         every = self.settings.auto_maintain_every
         if every and self._commits_since_maintenance >= every:
             self.maintain(incremental=True)
         return CommitResult(snap, added, deduped.duplicates)
 
-    def _repair(self, head: Snapshot) -> None:
-        """Undo table versions no snapshot pins: a writer died between its data and its log entry.
+    def recover(self, head: Snapshot, *, check_all: bool = False) -> None:
+        """Undo what a writer that died mid-commit left behind. Call under the commit lock.
 
-        Runs under the commit lock, so no live writer can own such versions.
+        A commit journals the tables it is about to write before writing any data, so only a
+        journal left behind calls for a look (or `check_all`, used by full maintenance).
         """
-        for name, pinned in head.tables.items():
+        pending = self._log.pending()
+        if pending is None and not check_all:
+            return
+        names = list(head.tables) if check_all or pending is None else pending["tables"]
+        self._undo_orphans(head, names)
+        if pending is not None:
+            self._log.end()
+
+    def _undo_orphans(self, head: Snapshot, names: Iterable[str]) -> None:
+        """Restore tables to the versions the head snapshot pins (no live writer owns more)."""
+        for name in names:
+            pinned = head.tables[name]
             latest = self._tables.latest_version(name)
             if latest > pinned:
                 log.warning("table %s: undoing orphan versions %d..%d", name, pinned + 1, latest)

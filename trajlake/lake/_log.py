@@ -20,6 +20,7 @@ from trajlake.lake._storage import MetadataStore
 LOG_DIR = ("_trajlake", "log")
 TAG_DIR = ("_trajlake", "tags")
 _HEAD = "_head.json"
+_PENDING = ("_trajlake", "pending.json")
 _TAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -125,6 +126,24 @@ class SnapshotLog:
         self._cache[snap.snapshot_id] = snap
         self._store.write(json.dumps({"snapshot_id": snap.snapshot_id}).encode(), *LOG_DIR, _HEAD)
         return snap
+
+    # Journal of the commit in flight ----------------------------------------------------------
+
+    def begin(self, commit_id: str, tables: list[str]) -> None:
+        """Record which tables a commit is about to write (before any data write)."""
+        payload = {"commit_id": commit_id, "tables": tables, "started_at": utc_now()}
+        self._store.write(json.dumps(payload).encode(), *_PENDING)
+
+    def pending(self) -> dict[str, Any] | None:
+        """The journal of a commit that started and never finished (its writer died), if any."""
+        try:
+            return dict(json.loads(self._store.read(*_PENDING)))
+        except FileNotFoundError:
+            return None
+
+    def end(self) -> None:
+        """Clear the journal once the snapshot entry is written (or the orphans undone)."""
+        self._store.delete(*_PENDING)
 
     def all(self) -> list[Snapshot]:
         """Every snapshot, oldest first."""

@@ -165,7 +165,7 @@ def run_maintenance(
     report = MaintenanceReport(dry_run=dry_run)
     with lake.locked():
         head = lake.snapshot_log.latest()
-        lake._repair(head)
+        lake.recover(head, check_all=not incremental)
         keep = tagged_versions(lake)
         versions = dict(head.tables)
         for name in head.tables:

@@ -71,6 +71,7 @@ class TableStore:
         self.location = location
         self._handles: dict[str, DeltaTable] = {}
         self._files: dict[tuple[str, int], list[str]] = {}
+        self._scannable: dict[str, bool] = {}
         self._mutex = threading.Lock()
 
     @property
@@ -160,16 +161,27 @@ class TableStore:
         key = (name, version)
         cached = self._files.get(key)
         if cached is None:
-            cached = list(self.at_version(name, version).file_uris())
+            handle = self._handles.get(name)
+            if handle is not None and int(handle.version()) == version:
+                cached = list(handle.file_uris())  # the open handle is at that very version
+            else:
+                cached = list(self.at_version(name, version).file_uris())
             self._files[key] = cached
         return cached
 
-    def can_scan_files(self, name: str, version: int) -> bool:
-        """True when reading the file list equals reading the table (no DVs or partitions)."""
-        dt = self.at_version(name, version)
-        return not dt.metadata().partition_columns and "deletionVectors" not in (
-            dt.protocol().writer_features or []
-        )
+    def can_scan_files(self, name: str) -> bool:
+        """True when reading the file list equals reading the table (no DVs or partitions).
+
+        The lake creates its tables without partitions or deletion vectors; this guards
+        against a table changed by another Delta writer. Checked once per process.
+        """
+        cached = self._scannable.get(name)
+        if cached is None:
+            dt = self.handle(name)
+            features = dt.protocol().writer_features or []
+            cached = not dt.metadata().partition_columns and "deletionVectors" not in features
+            self._scannable[name] = cached
+        return cached
 
     def forget(self, names: Iterable[str]) -> None:
         """Drop cached handles (after maintenance rewrote the log)."""
