@@ -7,6 +7,7 @@ every number it found (nothing here is precomputed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -60,10 +61,8 @@ def run_demo(lake_uri: str | os.PathLike[str] = DEFAULT_LAKE) -> DemoReport:
     """Run the quick tour on a local lake (created if missing; re-running adds nothing)."""
     lake = open_lake(lake_uri, create=True)
     ingest = lake.ingest(sample_data_path(), generation=0, stage="eval")
-    try:
+    with contextlib.suppress(TagAlreadyExists):  # a re-run: the tag names the first ingest
         lake.tag(SAMPLE_TAG, at=ingest.snapshot_id, note="bundled sample rollouts")
-    except TagAlreadyExists:
-        pass  # a re-run: the tag already names the first ingest
     report = DemoReport(lake=lake.uri, ingest=ingest.to_dict(), tag=SAMPLE_TAG)
     with lake.query() as session:
         for question, sql in QUESTIONS.items():

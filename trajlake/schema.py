@@ -8,6 +8,7 @@ and JSON strings in Parquet, queryable with DuckDB's `json_extract_string`.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Annotated, Any, Literal
 
 import pyarrow as pa
@@ -320,12 +321,14 @@ SORT_KEYS: dict[str, tuple[str, ...]] = {
 """Order rows are written in, so per-trajectory reads touch few row groups."""
 
 
+@functools.cache
 def table_schema(table: str) -> pa.Schema:
     """The Arrow schema of a table, with the schema version in its metadata."""
     record = RECORD_TYPES[table]
     return arrow_schema(record).with_metadata({"trajlake.schema_version": str(SCHEMA_VERSION)})
 
 
+@functools.cache
 def json_columns(table: str) -> frozenset[str]:
     """Top-level columns of a table that hold JSON strings."""
     return json_fields(RECORD_TYPES[table])

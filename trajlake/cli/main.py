@@ -37,7 +37,7 @@ def configure_logging(level: str) -> logging.Handler:
     """Send trajlake's log records to stderr at `level` (rich on a terminal, plain otherwise)."""
     handler: logging.Handler
     if getattr(sys.stderr, "isatty", lambda: False)():
-        handler = RichHandler(console=stderr_console(), show_path=False)
+        handler = RichHandler(console=stderr_console(), show_path=False, show_time=False)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     else:
         handler = logging.StreamHandler(sys.stderr)

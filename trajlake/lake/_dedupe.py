@@ -27,6 +27,7 @@ _UNIQUE: dict[str, tuple[tuple[str, ...], ...]] = {
 
 @dataclass
 class _KeySet:
+    version: int = -1
     files: set[str] = field(default_factory=set)
     keys: dict[tuple[str, ...], set[Any]] = field(default_factory=dict)
 
@@ -55,8 +56,10 @@ class KeyIndex:
         return pq.read_table(paths, columns=columns, filesystem=fs)
 
     def _refresh(self, table: str, version: int) -> _KeySet:
-        files = self._tables.files(table, version)
         current = self._sets.get(table)
+        if current is not None and current.version == version:
+            return current  # nobody else committed to this table since we last looked
+        files = self._tables.files(table, version)
         if current is None or not current.files.issubset(files):
             current = _KeySet()  # compaction rewrote files: rebuild from scratch
             self._sets[table] = current
@@ -69,6 +72,7 @@ class KeyIndex:
         for key in _UNIQUE[table]:
             current.keys.setdefault(key, set())
         current.files.update(new)
+        current.version = version
         return current
 
     def dedupe(self, tables: Mapping[str, pa.Table], versions: Mapping[str, int]) -> DedupeResult:
@@ -92,14 +96,19 @@ class KeyIndex:
             duplicates["messages"] = messages.num_rows - out["messages"].num_rows
         return DedupeResult(out, duplicates)
 
-    def remember(self, tables: Mapping[str, pa.Table]) -> None:
-        """Add the keys of rows just committed (their files are picked up on next refresh)."""
-        for name, data in tables.items():
-            current = self._sets.get(name)
-            if current is None or name not in _UNIQUE:
-                continue
-            for key in _UNIQUE[name]:
-                current.keys.setdefault(key, set()).update(_key_values(data, key))
+    def remember(
+        self, table: str, before: int, after: int, files: list[str], data: pa.Table
+    ) -> None:
+        """Record a commit of ours (`before` → `after`), so the next one needs no re-read."""
+        current = self._sets.get(table)
+        if table not in _UNIQUE or current is None or current.version != before:
+            return
+        for key in _UNIQUE[table]:
+            current.keys.setdefault(key, set()).update(_key_values(data, key))
+        current.files.update(files)
+        # Only the version right after ours is fully known; a gap means a foreign commit.
+        if after == before + 1:
+            current.version = after
 
 
 def _key_values(data: pa.Table, key: tuple[str, ...]) -> set[Any]:

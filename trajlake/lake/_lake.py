@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import json
 import logging
 import os
+import threading
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,6 +37,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LAKE_FORMAT_VERSION = 1
+_OPEN_LAKES: weakref.WeakSet[Lake] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_background_work() -> None:
+    # Let a running compaction commit or give up cleanly rather than die mid-write.
+    for lake in list(_OPEN_LAKES):
+        lake.wait_for_maintenance(timeout=60)
+
+
 _CONFIG = ("_trajlake", "lake.json")
 SnapshotRef = int | str | dt.datetime | None
 """A snapshot reference: id, tag name, 'latest', an ISO timestamp string, a datetime or None."""
@@ -123,6 +136,8 @@ class Lake:
         self._tables = TableStore(location)
         self._keys = KeyIndex(location, self._tables)
         self._commits_since_maintenance = 0
+        self._maintenance_thread: threading.Thread | None = None
+        _OPEN_LAKES.add(self)
 
     @classmethod
     def _create(cls, location: LakeLocation, store: MetadataStore) -> Lake:
@@ -211,8 +226,7 @@ class Lake:
             validate_table_name(name)
         commit_id = uuid.uuid4().hex
         with self._lock():
-            head = self._log.latest()
-            self.recover(head)
+            head = self.recover(self._log.latest())
             deduped = self._keys.dedupe(tables, head.tables)
             to_write = {n: t for n, t in deduped.tables.items() if t.num_rows}
             added = {n: t.num_rows for n, t in deduped.tables.items()}
@@ -220,8 +234,18 @@ class Lake:
                 return CommitResult(head, added, deduped.duplicates)
             versions = dict(head.tables)
             self._log.begin(commit_id, sorted(to_write))
+            target = self.settings.target_file_mb * 1024 * 1024
             for name, data in to_write.items():
-                versions[name] = self._tables.append(name, data, commit_id)
+                before = head.tables[name]
+                versions[name], files = self._tables.append(
+                    name,
+                    data,
+                    commit_id=commit_id,
+                    next_version=before + 1,
+                    target_file_bytes=target,
+                )
+                uris = [self._tables.data_uri(name, f.path) for f in files]
+                self._keys.remember(name, before, versions[name], uris, data)
             info = {"commit_id": commit_id, "added": added, **(summary or {})}
             snap = Snapshot(
                 head.snapshot_id + 1, utc_now(), operation, versions, info, head.snapshot_id
@@ -231,32 +255,76 @@ class Lake:
         self._commits_since_maintenance += 1
         every = self.settings.auto_maintain_every
         if every and self._commits_since_maintenance >= every:
-            self.maintain(incremental=True)
+            self._start_background_maintenance()
         return CommitResult(snap, added, deduped.duplicates)
 
-    def recover(self, head: Snapshot, *, check_all: bool = False) -> None:
-        """Undo what a writer that died mid-commit left behind. Call under the commit lock.
+    def _start_background_maintenance(self) -> None:
+        """Incremental maintenance in a background thread: commits never wait for compaction."""
+        if self._maintenance_thread is not None and self._maintenance_thread.is_alive():
+            return
+        self._commits_since_maintenance = 0
+        thread = threading.Thread(
+            target=self._background_maintenance, name="trajlake-maintain", daemon=True
+        )
+        self._maintenance_thread = thread
+        thread.start()
 
-        A commit journals the tables it is about to write before writing any data, so only a
-        journal left behind calls for a look (or `check_all`, used by full maintenance).
+    def _background_maintenance(self) -> None:
+        try:
+            self.maintain(incremental=True)
+        except Exception:  # a failed background run is retried later; commits are unaffected
+            log.exception("background maintenance of %s failed", self.uri)
+
+    def wait_for_maintenance(self, timeout: float | None = None) -> None:
+        """Block until a background maintenance run (if any) has finished."""
+        thread = self._maintenance_thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def close(self) -> None:
+        """Finish background maintenance; the lake object stays usable."""
+        self.wait_for_maintenance()
+
+    def __enter__(self) -> Lake:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def recover(self, head: Snapshot, *, check_all: bool = False) -> Snapshot:
+        """Undo what a writer that died mid-commit left behind; return the (new) head.
+
+        Call under the commit lock. A commit journals the tables it is about to write before
+        writing any data, so only a journal left behind calls for a look (or `check_all`, used
+        by full maintenance). Restoring creates Delta versions, so a snapshot pins them.
         """
         pending = self._log.pending()
         if pending is None and not check_all:
-            return
+            return head
         names = list(head.tables) if check_all or pending is None else pending["tables"]
-        self._undo_orphans(head, names)
+        restored = self._undo_orphans(head, names)
+        if restored:
+            versions = {**head.tables, **restored}
+            summary = {"restored": sorted(restored), "journal": pending}
+            head = self._log.append(
+                Snapshot(
+                    head.snapshot_id + 1, utc_now(), "recover", versions, summary, head.snapshot_id
+                )
+            )
         if pending is not None:
             self._log.end()
+        return head
 
-    def _undo_orphans(self, head: Snapshot, names: Iterable[str]) -> None:
-        """Restore tables to the versions the head snapshot pins (no live writer owns more)."""
+    def _undo_orphans(self, head: Snapshot, names: Iterable[str]) -> dict[str, int]:
+        """Restore tables to the versions the head pins; return their new versions."""
+        restored = {}
         for name in names:
             pinned = head.tables[name]
             latest = self._tables.latest_version(name)
             if latest > pinned:
                 log.warning("table %s: undoing orphan versions %d..%d", name, pinned + 1, latest)
-                new_version = self._tables.restore(name, pinned)
-                log.info("table %s restored to version %d as %d", name, pinned, new_version)
+                restored[name] = self._tables.restore(name, pinned)
+        return restored
 
     def write(
         self,

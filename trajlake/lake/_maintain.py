@@ -1,9 +1,11 @@
 """Maintenance: compaction, checkpoints, log expiry and vacuum that never break a tag.
 
 Delta's commit cost grows with the number of log files and live data files, so small commits
-stay flat only if both are bounded. Expiry keeps the newest `log_versions` versions of each
-table loadable plus a checkpoint at every tagged version; vacuum keeps every data file that
-a tagged version or a version inside the window still references.
+stay flat only if both are bounded. Compaction merges small files in size tiers (each byte is
+rewritten a few times, not on every run) and does its heavy work outside the commit lock,
+taking the lock only to commit; it never changes rows. Expiry keeps the newest `log_versions`
+versions of each table loadable plus a checkpoint at every tagged version; vacuum keeps every
+data file that a tagged version or a version inside the window still references.
 """
 
 from __future__ import annotations
@@ -12,17 +14,26 @@ import logging
 import math
 import re
 import time
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trajlake.lake._delta_commit import DataFile, commit_actions, remove_action, write_data_files
 from trajlake.lake._log import Snapshot, utc_now
 from trajlake.lake._tables import TableStore
+from trajlake.schema import PRIMARY_KEYS, SORT_KEYS
 
 if TYPE_CHECKING:
     from trajlake.lake._lake import Lake
 
 log = logging.getLogger(__name__)
 _LOG_FILE = re.compile(r"^(\d{20})\.(json|checkpoint\.parquet|crc)$")
+_TIER_BASE = 8.0
+"""Files within a factor of this in size form one compaction tier."""
 
 
 @dataclass
@@ -31,6 +42,7 @@ class TableMaintenance:
 
     files_before: int = 0
     files_after: int = 0
+    files_compacted: int = 0
     compacted: bool = False
     checkpoint_version: int | None = None
     log_files_removed: int = 0
@@ -56,6 +68,16 @@ class MaintenanceReport:
         }
 
 
+@dataclass
+class _Plan:
+    """Small files of one table chosen for merging, and the merged files once written."""
+
+    table: str
+    paths: list[str]
+    sizes: dict[str, int]
+    merged: list[DataFile] = field(default_factory=list)
+
+
 def tagged_versions(lake: Lake) -> dict[str, set[int]]:
     """Table versions that tags pin: these stay loadable and their files stay on disk."""
     versions: dict[str, set[int]] = {}
@@ -77,14 +99,10 @@ def protect_versions(tables: TableStore, versions: dict[str, int]) -> None:
             latest.create_checkpoint()
 
 
-def _log_dir(tables: TableStore, name: str) -> str:
-    return tables.location.join("tables", name, "_delta_log")
-
-
 def _log_files(tables: TableStore, name: str) -> list[tuple[int, str, str]]:
     fs = tables.location.filesystem()
     entries = []
-    for path in fs.ls(_log_dir(tables, name), detail=False):
+    for path in fs.ls(tables.location.join("tables", name, "_delta_log"), detail=False):
         base = str(path).rsplit("/", 1)[-1]
         m = _LOG_FILE.match(base)
         if m:
@@ -96,48 +114,151 @@ def _checkpoint_exists(tables: TableStore, name: str, version: int) -> bool:
     return any(v == version and k == "checkpoint.parquet" for v, k, _ in _log_files(tables, name))
 
 
-def _compact(lake: Lake, name: str, report: TableMaintenance, incremental: bool) -> bool:
-    settings = lake.settings
-    dt_ = lake.tables_store.handle(name)
-    target = settings.target_file_mb * 1024 * 1024
-    sizes = dt_.get_add_actions(flatten=True).column("size_bytes").to_pylist()
-    small = [s for s in sizes if s < target // 2]
-    report.files_before = len(sizes)
-    threshold = settings.compact_min_files if incremental else 2
-    if len(small) < threshold:
-        report.files_after = len(sizes)
-        return False
-    dt_.optimize.compact(target_size=target)
-    dt_.update_incremental()
-    report.files_after = len(dt_.file_uris())
-    report.compacted = True
-    return True
+# Compaction -----------------------------------------------------------------------------------
 
 
-def _expire_log(lake: Lake, name: str, keep: set[int], report: TableMaintenance) -> None:
+def _tier(size: int) -> int:
+    return int(math.log(max(size, 1), _TIER_BASE))
+
+
+def _plan(
+    lake: Lake,
+    store: TableStore,
+    name: str,
+    version: int,
+    incremental: bool,
+    report: TableMaintenance,
+) -> _Plan | None:
+    """Choose files to merge: a full tier of small files, or (full runs) every small file."""
+    target = lake.settings.target_file_mb * 1024 * 1024
+    actions = store.at_version(name, version).get_add_actions(flatten=True)
+    paths = actions.column("path").to_pylist()
+    sizes = dict(zip(paths, actions.column("size_bytes").to_pylist(), strict=True))
+    report.files_before = report.files_after = len(paths)
+    small = sorted((p for p in paths if sizes[p] < target // 2), key=lambda p: sizes[p])
+    if incremental:
+        tiers: dict[int, list[str]] = {}
+        for p in small:
+            tiers.setdefault(_tier(sizes[p]), []).append(p)
+        full = [t for t in tiers.values() if len(t) >= lake.settings.compact_min_files]
+        chosen = full[0] if full else []
+    else:
+        chosen = small if len(small) >= 2 else []
+    budget, picked = 0, []
+    for p in chosen:  # one run merges at most ~a target file's worth
+        if budget >= target:
+            break
+        picked.append(p)
+        budget += sizes[p]
+    return _Plan(name, picked, sizes) if len(picked) >= 2 else None
+
+
+def _read_files(lake: Lake, store: TableStore, name: str, paths: Iterable[str]) -> pa.Table:
+    uris = [store.data_uri(name, p) for p in paths]
+    if lake.location.is_local:
+        return pq.read_table(uris)
+    fs = lake.location.filesystem()
+    return pq.read_table([u.split("://", 1)[1] for u in uris], filesystem=fs)
+
+
+def _write_merged(lake: Lake, store: TableStore, plan: _Plan) -> None:
+    data = _read_files(lake, store, plan.table, plan.paths)
+    keys = SORT_KEYS.get(plan.table) or PRIMARY_KEYS[plan.table]
+    data = data.sort_by([(k, "ascending") for k in keys])
+    target = lake.settings.target_file_mb * 1024 * 1024
+    plan.merged = write_data_files(lake.location, plan.table, data, target_file_bytes=target)
+
+
+def _discard(lake: Lake, store: TableStore, plan: _Plan) -> None:
+    fs = lake.location.filesystem()
+    for f in plan.merged:
+        fs.rm_file(store.data_uri(plan.table, f.path))
+
+
+def _commit_plans(
+    lake: Lake, store: TableStore, plans: list[_Plan], report: MaintenanceReport
+) -> None:
+    """Under the lock: swap merged files in, if the chosen files are all still live."""
+    with lake.locked():
+        head = lake.recover(lake.snapshot_log.latest())
+        versions = dict(head.tables)
+        commit_id = uuid.uuid4().hex
+        for plan in plans:
+            live = {u.rsplit("/", 1)[-1] for u in store.files(plan.table, head.tables[plan.table])}
+            if not all(p.rsplit("/", 1)[-1] in live for p in plan.paths):
+                _discard(lake, store, plan)  # another maintenance run merged some of them first
+                continue
+            actions = [remove_action(p, plan.sizes[p]) for p in plan.paths]
+            actions += [f.add_action(data_change=False) for f in plan.merged]
+            versions[plan.table] = commit_actions(
+                lake.location,
+                plan.table,
+                head.tables[plan.table] + 1,
+                actions,
+                operation="OPTIMIZE",
+                commit_id=commit_id,
+                blind_append=False,
+            )
+            table_report = report.tables[plan.table]
+            table_report.compacted = True
+            table_report.files_compacted = len(plan.paths)
+            table_report.files_after = (
+                table_report.files_before - len(plan.paths) + len(plan.merged)
+            )
+        if versions != head.tables:
+            compacted = [p.table for p in plans if versions[p.table] != head.tables[p.table]]
+            snap = Snapshot(
+                head.snapshot_id + 1,
+                utc_now(),
+                "maintain",
+                versions,
+                {"compacted": compacted},
+                head.snapshot_id,
+            )
+            lake.snapshot_log.append(snap)
+            report.snapshot_id = snap.snapshot_id
+
+
+# Log expiry and vacuum ------------------------------------------------------------------------
+
+
+_CHECKPOINT_EVERY = 20
+"""Versions between checkpoints: bounds the log replayed when a table is opened."""
+
+
+def _checkpoint(
+    lake: Lake, store: TableStore, name: str, report: TableMaintenance, *, force: bool
+) -> None:
+    handle = store.handle(name)
+    latest = int(handle.version())
+    checkpoints = [v for v, kind, _ in _log_files(store, name) if kind == "checkpoint.parquet"]
+    if force or latest - max(checkpoints, default=-1) >= _CHECKPOINT_EVERY:
+        handle.create_checkpoint()
+        report.checkpoint_version = latest
+
+
+def _expire_log(
+    lake: Lake, store: TableStore, name: str, keep: set[int], report: TableMaintenance
+) -> None:
     """Delete log files older than the window, keeping checkpoints of tagged versions."""
-    tables = lake.tables_store
-    latest = int(tables.handle(name).version())
-    files = _log_files(tables, name)
+    latest = int(store.handle(name).version())
+    files = _log_files(store, name)
     checkpoints = [v for v, kind, _ in files if kind == "checkpoint.parquet"]
     eligible = [v for v in checkpoints if v <= latest - lake.settings.log_versions]
     if not eligible:
         return
     cutoff = max(eligible)
-    fs = tables.location.filesystem()
+    fs = store.location.filesystem()
     for version, kind, path in files:
-        if version >= cutoff:
-            continue
-        if kind == "checkpoint.parquet" and version in keep:
+        if version >= cutoff or (kind == "checkpoint.parquet" and version in keep):
             continue
         fs.rm_file(path)
         report.log_files_removed += 1
 
 
-def _window_hours(lake: Lake, name: str) -> int:
-    """Hours back to the oldest version kept loadable: files removed since must stay."""
-    dt_ = lake.tables_store.handle(name)
-    history = dt_.history(lake.settings.log_versions + 1)
+def _window_hours(lake: Lake, store: TableStore, name: str) -> int:
+    """Hours back to the oldest version kept loadable: files removed since then must stay."""
+    history = store.handle(name).history(lake.settings.log_versions + 1)
     if not history:
         return lake.settings.retention_hours
     oldest_ms = min(int(h["timestamp"]) for h in history)
@@ -145,13 +266,16 @@ def _window_hours(lake: Lake, name: str) -> int:
     return max(lake.settings.retention_hours, math.ceil(age_h) + 1)
 
 
-def _vacuum(lake: Lake, name: str, keep: set[int], report: TableMaintenance, full: bool) -> None:
-    dt_ = lake.tables_store.handle(name)
-    removed = dt_.vacuum(
-        retention_hours=_window_hours(lake, name),
+def _vacuum(
+    lake: Lake, store: TableStore, name: str, keep: set[int], report: TableMaintenance
+) -> None:
+    # Under the lock: a full vacuum also deletes files of no commit, which a writer in flight
+    # would otherwise lose when the retention is short.
+    removed = store.handle(name).vacuum(
+        retention_hours=_window_hours(lake, store, name),
         dry_run=False,
         enforce_retention_duration=False,
-        full=full,
+        full=True,
         keep_versions=sorted(keep) or None,
     )
     report.data_files_vacuumed = len(removed)
@@ -160,35 +284,35 @@ def _vacuum(lake: Lake, name: str, keep: set[int], report: TableMaintenance, ful
 def run_maintenance(
     lake: Lake, *, incremental: bool, vacuum: bool, dry_run: bool
 ) -> MaintenanceReport:
-    """Run maintenance under the commit lock; write a snapshot if compaction changed versions."""
+    """Compact, checkpoint, expire and (full runs) vacuum; see the module docstring."""
     start = time.perf_counter()
     report = MaintenanceReport(dry_run=dry_run)
-    with lake.locked():
-        head = lake.snapshot_log.latest()
-        lake.recover(head, check_all=not incremental)
-        keep = tagged_versions(lake)
-        versions = dict(head.tables)
-        for name in head.tables:
-            table_report = report.tables.setdefault(name, TableMaintenance())
-            if dry_run:
-                sizes = lake.tables_store.handle(name).get_add_actions(flatten=True)
-                table_report.files_before = table_report.files_after = sizes.num_rows
-                continue
-            if _compact(lake, name, table_report, incremental):
-                versions[name] = lake.tables_store.latest_version(name)
-            if versions[name] != head.tables[name] or not incremental:
-                lake.tables_store.handle(name).create_checkpoint()
-                table_report.checkpoint_version = versions[name]
-            _expire_log(lake, name, keep.get(name, set()), table_report)
-            if vacuum and (not incremental or table_report.compacted):
-                _vacuum(lake, name, keep.get(name, set()), table_report, full=not incremental)
-        if versions != head.tables:
-            summary = {"compacted": [n for n, r in report.tables.items() if r.compacted]}
-            snap = Snapshot(
-                head.snapshot_id + 1, utc_now(), "maintain", versions, summary, head.snapshot_id
-            )
-            lake.snapshot_log.append(snap)
-            report.snapshot_id = snap.snapshot_id
+    # Handles of its own: maintenance may run in a background thread beside commits.
+    store = TableStore(lake.location)
+    if not incremental and not dry_run:
+        with lake.locked():
+            lake.recover(lake.snapshot_log.latest(), check_all=True)
+    head = lake.snapshot_log.latest()
+    plans = []
+    for name, version in head.tables.items():
+        table_report = report.tables.setdefault(name, TableMaintenance())
+        plan = _plan(lake, store, name, version, incremental, table_report)
+        if plan is not None and not dry_run:
+            _write_merged(lake, store, plan)
+            plans.append(plan)
+    if dry_run:
+        report.seconds = time.perf_counter() - start
+        return report
+    if plans:
+        _commit_plans(lake, store, plans, report)
+    keep = tagged_versions(lake)
+    for name, table_report in report.tables.items():
+        _checkpoint(lake, store, name, table_report, force=not incremental)
+        _expire_log(lake, store, name, keep.get(name, set()), table_report)
+    if vacuum and not incremental:
+        with lake.locked():
+            for name, table_report in report.tables.items():
+                _vacuum(lake, store, name, keep.get(name, set()), table_report)
     report.seconds = time.perf_counter() - start
     log.info("maintenance done in %.3fs", report.seconds)
     return report

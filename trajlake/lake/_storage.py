@@ -159,9 +159,8 @@ class MetadataStore:
         """Write a metadata file atomically; `exclusive` raises FileExistsError if it exists."""
         path = self.path(*parts)
         if not self.location.is_local:
-            if exclusive and self._fs.exists(path):
-                raise FileExistsError(path)
-            self._fs.pipe_file(path, data)
+            # mode="create" is a conditional put (If-None-Match): atomic on the store itself.
+            self._fs.pipe_file(path, data, mode="create" if exclusive else "overwrite")
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable, WriterProperties, write_deltalake
-from deltalake.exceptions import SchemaMismatchError, TableNotFoundError
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from trajlake.errors import LakeCorrupt, NoSuchTable, SchemaMismatch, SnapshotExpired
+from trajlake.lake._delta_commit import DataFile, commit_actions, write_data_files
 from trajlake.lake._storage import LakeLocation
 from trajlake.schema import TABLES, table_schema
 
@@ -24,7 +24,6 @@ TABLE_CONFIGURATION = {
     "delta.enableExpiredLogCleanup": "false",
     "delta.checkpointInterval": "100",
 }
-_TARGET_ROW_GROUP_BYTES = 64 * 1024 * 1024
 
 
 def validate_table_name(name: str) -> str:
@@ -34,16 +33,11 @@ def validate_table_name(name: str) -> str:
     return name
 
 
-def _writer_properties(data: pa.Table) -> WriterProperties:
-    """zstd, and row groups sized by bytes: message rows can carry megabytes of text."""
-    row_bytes = max(1, data.nbytes // max(1, data.num_rows))
-    rows = max(1024, min(1_000_000, _TARGET_ROW_GROUP_BYTES // row_bytes))
-    return WriterProperties(compression="ZSTD", max_row_group_size=rows)
-
-
 def check_schema(table: str, data: pa.Table) -> pa.Table:
     """Cast data to the table schema, or name the columns that do not fit and the fix."""
     schema = table_schema(table)
+    if data.schema.equals(schema, check_metadata=False):
+        return data
     missing = [n for n in schema.names if n not in data.column_names]
     extra = [n for n in data.column_names if n not in schema.names]
     if extra:
@@ -119,22 +113,28 @@ class TableStore:
         """Latest Delta version of a table (including versions no snapshot pins yet)."""
         return int(self.handle(name).version())
 
-    def append(self, name: str, data: pa.Table, commit_id: str) -> int:
-        """Append rows; return the new version. Call under the commit lock."""
+    def append(
+        self,
+        name: str,
+        data: pa.Table,
+        *,
+        commit_id: str,
+        next_version: int,
+        target_file_bytes: int,
+    ) -> tuple[int, list[DataFile]]:
+        """Write rows as new files and commit them; return (version, files). Under the lock."""
         data = check_schema(name, data)
-        dt = self.handle(name)
-        try:
-            write_deltalake(
-                dt,
-                data,
-                mode="append",
-                writer_properties=_writer_properties(data),
-                commit_properties=_commit_properties(commit_id),
-            )
-        except SchemaMismatchError as e:
-            raise SchemaMismatch(f"data for {name!r} does not match the Delta table: {e}") from e
-        dt.update_incremental()
-        return int(dt.version())
+        files = write_data_files(self.location, name, data, target_file_bytes=target_file_bytes)
+        version = commit_actions(
+            self.location,
+            name,
+            next_version,
+            [f.add_action() for f in files],
+            operation="WRITE",
+            commit_id=commit_id,
+            blind_append=True,
+        )
+        return version, files
 
     def restore(self, name: str, version: int) -> int:
         """Undo versions past `version` (a crashed writer's orphans); return the new version."""
@@ -162,12 +162,18 @@ class TableStore:
         cached = self._files.get(key)
         if cached is None:
             handle = self._handles.get(name)
+            if handle is not None and int(handle.version()) < version:
+                handle.update_incremental()  # cheaper than loading the version afresh
             if handle is not None and int(handle.version()) == version:
-                cached = list(handle.file_uris())  # the open handle is at that very version
+                cached = list(handle.file_uris())
             else:
                 cached = list(self.at_version(name, version).file_uris())
             self._files[key] = cached
         return cached
+
+    def data_uri(self, name: str, relative_path: str) -> str:
+        """URI of a data file from its path relative to the table root."""
+        return self.location.join("tables", name, relative_path)
 
     def can_scan_files(self, name: str) -> bool:
         """True when reading the file list equals reading the table (no DVs or partitions).
@@ -188,10 +194,3 @@ class TableStore:
         with self._mutex:
             for n in names:
                 self._handles.pop(n, None)
-
-
-def _commit_properties(commit_id: str) -> Any:
-    from deltalake import CommitProperties
-
-    # The trajlake commit id in Delta's commitInfo lets `validate` tell orphans from commits.
-    return CommitProperties(custom_metadata={"trajlake.commit": commit_id})

@@ -77,11 +77,14 @@ def validate_lake(lake: Lake) -> ValidationReport:
     recent = range(max(0, head.snapshot_id - window), head.snapshot_id + 1)
     for snapshot_id in sorted(set(recent) | tagged):
         _check_snapshot(lake, snapshot_id, report, snapshot_id in tagged)
-    for name, pinned in head.tables.items():
-        latest = lake.tables_store.latest_version(name)
-        if latest > pinned:
-            # Not an error: the next commit or `maintain` undoes them. Reported for visibility.
-            report.orphan_versions[name] = latest - pinned
-        elif latest < pinned:
-            report.problems.append(f"table {name} is at version {latest} < pinned {pinned}")
+    # Under the lock, so a commit or compaction in flight is not mistaken for an orphan.
+    with lake.locked():
+        head = lake.snapshot_log.latest()
+        for name, pinned in head.tables.items():
+            latest = lake.tables_store.latest_version(name)
+            if latest > pinned:
+                # Not an error: the next commit or `maintain` undoes them. Reported to be seen.
+                report.orphan_versions[name] = latest - pinned
+            elif latest < pinned:
+                report.problems.append(f"table {name} is at version {latest} < pinned {pinned}")
     return report
