@@ -23,6 +23,10 @@ class UnsupportedStorage(TrajlakeError):
     """The URI scheme or storage option is not supported by this installation."""
 
 
+class StorageUnreachable(TrajlakeError):
+    """The lake's storage cannot be reached (credentials, endpoint or network)."""
+
+
 class MissingExtra(TrajlakeError):
     """An optional dependency is missing; the message names the `pip install` that fixes it."""
 

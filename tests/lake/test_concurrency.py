@@ -62,8 +62,8 @@ def test_processes_commit_disjoint_trajectories(tmp_path: Path) -> None:
     assert not problems
     expected = {sample_trajectory(i)["trajectory_id"] for plan in plans for i in plan}
     assert ids == expected
-    # Each writer's commits are visible from their own snapshot on.
-    for commit in commits:
+    # A writer's commit is visible from its own snapshot on (a few checked: each costs a query).
+    for commit in random.Random(0).sample(commits, 4):
         at_commit, problems = snapshot_contents(lake, commit["snapshot_id"])
         assert not problems
         assert set(commit["ids"]) <= at_commit

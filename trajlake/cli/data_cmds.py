@@ -140,8 +140,5 @@ def export_jsonl_cmd(
 
     The file ingests back losslessly with `trajlake ingest`.
     """
-    from trajlake.export.jsonl import export_jsonl
-
-    # The module function, not Lake.export_jsonl: only it accepts a progress reporter.
-    report = export_jsonl(lake.open(), out, at=at, where=where, progress=progress_for("items"))
+    report = lake.open().export_jsonl(out, at=at, where=where, progress=progress_for("items"))
     make_output(output).export(report)

@@ -113,5 +113,5 @@ def output_option(*choices: str) -> Callable[[F], F]:
         type=click.Choice(formats),
         default=formats[0],
         show_default=True,
-        help="Output format: text for people, json (or csv) for programs.",
+        help="text for people; " + ", ".join(f for f in formats if f != "text") + " for programs.",
     )

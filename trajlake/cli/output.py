@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         Tag,
         ValidationReport,
     )
+    from trajlake.demo import DemoReport
     from trajlake.export.jsonl import ExportReport
     from trajlake.ingest import IngestReport
 
@@ -150,6 +151,10 @@ class Output(ABC):
     def export(self, report: ExportReport) -> None:
         """`export jsonl`: what was written."""
 
+    @abstractmethod
+    def demo_report(self, report: DemoReport) -> None:
+        """`demo`: what the tour did and found."""
+
 
 class JsonOutput(Output):
     """Machine-readable JSON on stdout, one document per command."""
@@ -190,6 +195,9 @@ class JsonOutput(Output):
 
     def export(self, report: ExportReport) -> None:
         self.emit(report.to_dict())
+
+    def demo_report(self, report: DemoReport) -> None:
+        self.emit(dataclasses.asdict(report))
 
 
 def _csv_cell(value: Any) -> Any:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         Tag,
         ValidationReport,
     )
+    from trajlake.demo import DemoReport
     from trajlake.export.jsonl import ExportReport
     from trajlake.ingest import IngestReport
 
@@ -189,4 +190,36 @@ class TextOutput(Output):
             f"exported {report.trajectories} trajectories ({report.messages} messages, "
             f"{format_mb(report.bytes_written)}) from snapshot {report.snapshot_id} "
             f"to {report.path} in {report.seconds:.2f} s"
+        )
+
+    def demo_report(self, report: DemoReport) -> None:
+        ingest = report.ingest
+        self.line(Text(f"lake {report.lake}", style="bold"))
+        self.line(
+            f"ingested the bundled sample rollouts: {ingest['added']} added, "
+            f"{ingest['duplicates']} already there, {ingest['quarantined']} quarantined "
+            f"(snapshot {ingest['snapshot']}, tagged {report.tag})"
+        )
+        for question, rows in report.answers.items():
+            self.line()
+            self.line(Text(question, style="bold"))
+            table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+            for name in rows[0] if rows else []:
+                table.add_column(name)
+            for row in rows:
+                table.add_row(*(cell(v) for v in row.values()))
+            self.console.print(table)
+        travel = ", ".join(f"{ref}: {n}" for ref, n in report.time_travel.items())
+        self.line(f"time travel — trajectories at {travel}")
+        compacted = [n for n, t in report.maintenance["tables"].items() if t["compacted"]]
+        self.line(
+            f"maintenance in {report.maintenance['seconds']:.2f} s "
+            f"(compacted: {', '.join(compacted) or 'nothing to do'}); "
+            f"validate: {'ok' if report.valid else 'PROBLEMS'}"
+        )
+        self.line(
+            Text(
+                f'next: trajlake sql "SELECT * FROM trajectories LIMIT 5" --lake {report.lake}',
+                style="dim",
+            )
         )

@@ -173,7 +173,7 @@ class _Ingest:
         message = _describe(source, bad)
         if self.options.strict:
             raise InvalidRecord(message + " (without --strict it would be quarantined)")
-        log.warning("quarantined %s", message)
+        log.info("quarantined %s", message)
         self.report.quarantined += 1
         self.report.problems.append(message)
         self.batch.quarantine.append(
@@ -183,6 +183,10 @@ class _Ingest:
     def file(self, source: SourceFile, adapter: Adapter) -> None:
         self.report.files += 1
         self.report.formats[adapter.name] = self.report.formats.get(adapter.name, 0) + 1
+        # Progress moves with the records' byte offsets where they are file offsets (plain
+        # files); compressed files advance when they are done.
+        plain = source.size is not None and not source.is_compressed
+        done = 0
         with source.open() as stream:
             for item in adapter.read(source, stream):
                 if isinstance(item, BadRecord):
@@ -190,10 +194,13 @@ class _Ingest:
                 else:
                     self.report.trajectories_read += 1
                     self.batch.records.append(self.stamp(item, source, adapter.name))
+                if plain and item.offset is not None and item.offset > done:
+                    self.progress.advance(item.offset - done)
+                    done = item.offset
                 if len(self.batch) >= self.options.batch_size:
                     self.commit()
         self.report.bytes_read += source.size or 0
-        self.progress.advance(source.size or 0)
+        self.progress.advance((source.size or 0) - done)
 
 
 def _choose_adapters(

@@ -36,6 +36,11 @@ class SourceFile:
                 return base[: -len(suffix)]
         return base
 
+    @property
+    def is_compressed(self) -> bool:
+        """Whether the file is decompressed on reading (so offsets are not file offsets)."""
+        return infer_compression(self.uri) is not None
+
     @contextmanager
     def open(self) -> Iterator[IO[bytes]]:
         """Open for binary reading, decompressing by suffix (.gz, .zst, .bz2, .xz)."""

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from trajlake._progress import Progress
-from trajlake.errors import LakeAlreadyExists, LakeCorrupt, LakeNotFound, NoSuchTrajectory
+from trajlake.errors import (
+    LakeAlreadyExists,
+    LakeCorrupt,
+    LakeNotFound,
+    NoSuchTrajectory,
+    StorageUnreachable,
+)
 from trajlake.lake._dedupe import KeyIndex
 from trajlake.lake._lock import commit_lock
 from trajlake.lake._log import Snapshot, SnapshotLog, Tag, utc_now
@@ -97,7 +103,7 @@ def open_lake(
     """
     location = parse_location(uri, storage_options)
     store = MetadataStore(location)
-    if not store.exists(*_CONFIG):
+    if not _reachable_exists(store, os.fspath(uri)):
         if not create:
             raise LakeNotFound(
                 f"no trajlake lake at {os.fspath(uri)!r}; create one with "
@@ -107,13 +113,26 @@ def open_lake(
     return Lake(location, store)
 
 
+def _reachable_exists(store: MetadataStore, uri: str) -> bool:
+    """Whether the lake's config exists; storage that cannot be reached is a TrajlakeError."""
+    try:
+        return store.exists(*_CONFIG)
+    except (FileNotFoundError, PermissionError, NotADirectoryError):
+        raise
+    except Exception as e:  # credentials, endpoint, network: whatever the backend raises
+        raise StorageUnreachable(
+            f"cannot reach the lake storage at {uri!r}: {type(e).__name__}: {e}; check the "
+            "credentials and endpoint (--storage-option KEY=VALUE or TRAJLAKE_STORAGE_OPTIONS)"
+        ) from e
+
+
 def init_lake(
     uri: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None
 ) -> Lake:
     """Create a new lake (LakeAlreadyExists if one is there)."""
     location = parse_location(uri, storage_options)
     store = MetadataStore(location)
-    if store.exists(*_CONFIG):
+    if _reachable_exists(store, os.fspath(uri)):
         raise LakeAlreadyExists(f"a lake already exists at {os.fspath(uri)!r}")
     return Lake._create(location, store)
 
@@ -406,12 +425,17 @@ class Lake:
             return session.sql(query)
 
     def export_jsonl(
-        self, out: str, *, at: SnapshotRef = None, where: str | None = None
+        self,
+        out: str,
+        *,
+        at: SnapshotRef = None,
+        where: str | None = None,
+        progress: Progress | None = None,
     ) -> ExportReport:
         """Write canonical JSONL (one trajectory per line) of the selected trajectories."""
         from trajlake.export.jsonl import export_jsonl
 
-        return export_jsonl(self, out, at=at, where=where)
+        return export_jsonl(self, out, at=at, where=where, progress=progress)
 
     def trajectory(self, trajectory_id: str, *, at: SnapshotRef = None) -> CanonicalTrajectory:
         """One trajectory with all its messages, as a canonical record."""
