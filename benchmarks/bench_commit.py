@@ -79,6 +79,7 @@ def rekey(tables: Tables, commit: int) -> Tables:
 
     The lake drops rows whose trajectory id or content hash it already holds; building 16,000
     distinct trajectories would take minutes, so pool batches are reused under new keys.
+    Fields keep their exact schema (nullability included), as `trajectories_to_tables` made it.
     """
     trajectories, messages = tables["trajectories"], tables["messages"]
     old_ids = trajectories.column("trajectory_id")
@@ -86,14 +87,16 @@ def rekey(tables: Tables, commit: int) -> Tables:
         [f"bench-{commit:06d}-{j:02d}" for j in range(trajectories.num_rows)], pa.string()
     )
     hashes = pa.array([hashlib.sha256(i.encode()).hexdigest() for i in new_ids.to_pylist()])
-    trajectories = trajectories.set_column(
-        trajectories.schema.get_field_index("trajectory_id"), "trajectory_id", new_ids
-    ).set_column(trajectories.schema.get_field_index("content_hash"), "content_hash", hashes)
+    trajectories = _replace(trajectories, "trajectory_id", new_ids)
+    trajectories = _replace(trajectories, "content_hash", hashes)
     position = pc.index_in(messages.column("trajectory_id"), value_set=old_ids)
-    messages = messages.set_column(
-        messages.schema.get_field_index("trajectory_id"), "trajectory_id", new_ids.take(position)
-    )
+    messages = _replace(messages, "trajectory_id", new_ids.take(position))
     return {"trajectories": trajectories, "messages": messages}
+
+
+def _replace(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    index = table.schema.get_field_index(name)
+    return table.set_column(index, table.schema.field(index), values)
 
 
 def build_commits(count: int, pool_size: int) -> list[Tables]:
@@ -159,8 +162,8 @@ def verdict(value: float, target: float) -> str:
     return f"MISSED by {(value / target - 1) * 100:.0f}%"
 
 
-def report(name: str, run: Run) -> tuple[Window, Window]:
-    """Print one run's windows; return its first and last wall-time windows."""
+def report(name: str, run: Run) -> tuple[Window, Window, Window]:
+    """Print one run's windows; return its first, last and whole-run wall-time windows."""
     first, last, whole = stretches(run.wall)
     cpu_first, cpu_last, cpu_whole = stretches(run.cpu)
     n = min(WINDOW, len(run.wall))
@@ -176,7 +179,7 @@ def report(name: str, run: Run) -> tuple[Window, Window]:
         f"  max {max(run.wall):.1f} ms; last/first p50: wall {last.p50 / first.p50:.2f}, "
         f"cpu {cpu_last.p50 / cpu_first.p50:.2f}"
     )
-    return first, last
+    return first, last, whole
 
 
 def slowest(latencies: Sequence[float], k: int = 6) -> str:
@@ -210,22 +213,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    first, last = report("trajlake commit (auto-maintenance on)", lake_run)
+    first, last, whole = report("trajlake commit (auto-maintenance on)", lake_run)
     print(f"  slowest: {slowest(lake_run.wall)}")
     if delta_run is not None:
         report("plain write_deltalake append (reference, no maintenance)", delta_run)
+    judge(first, last, whole)
+
+
+def judge(first: Window, last: Window, whole: Window) -> None:
+    """Print each target's verdict (worst of first 100, last 100 and all) and the ratio line."""
     drift = last.p50 / first.p50
-    worst_p50 = max(first.p50, last.p50)
-    worst_p99 = max(first.p99, last.p99)
-    print("targets:")
-    print(
-        f"  p50 ≤ {TARGET_P50_MS:.0f} ms: worst window {worst_p50:.1f} ms — "
-        f"{verdict(worst_p50, TARGET_P50_MS)}"
-    )
-    print(
-        f"  p99 ≤ {TARGET_P99_MS:.0f} ms: worst window {worst_p99:.1f} ms — "
-        f"{verdict(worst_p99, TARGET_P99_MS)}"
-    )
+    worst_p50 = max(first.p50, last.p50, whole.p50)
+    worst_p99 = max(first.p99, last.p99, whole.p99)
+    print("targets (worst of first 100, last 100 and all commits):")
+    p50_verdict = verdict(worst_p50, TARGET_P50_MS)
+    p99_verdict = verdict(worst_p99, TARGET_P99_MS)
+    print(f"  p50 ≤ {TARGET_P50_MS:.0f} ms: {worst_p50:.1f} ms — {p50_verdict}")
+    print(f"  p99 ≤ {TARGET_P99_MS:.0f} ms: {worst_p99:.1f} ms — {p99_verdict}")
     print(f"  last/first p50 ≤ {TARGET_DRIFT}: {drift:.2f} — {verdict(drift, TARGET_DRIFT)}")
     print(
         f"RATIO bench_commit last/first p50={drift:.2f} (target <= {TARGET_DRIFT}) "

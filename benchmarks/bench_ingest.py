@@ -97,14 +97,22 @@ def commit_batches(root: Path, batches: Sequence[Tables]) -> Callable[[], None]:
     return run
 
 
-def timed(make: Callable[[Path], Callable[[], None]], root: Path) -> float:
-    """Seconds for one run of the work `make` prepares in a fresh directory (then removed)."""
+@dataclass(frozen=True)
+class Timing:
+    """Wall and process-CPU seconds of one run (CPU counts all threads of the process)."""
+
+    wall: float
+    cpu: float
+
+
+def timed(make: Callable[[Path], Callable[[], None]], root: Path) -> Timing:
+    """Time one run of the work `make` prepares (untimed) in a fresh directory, then remove it."""
     work = make(root)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     work()
-    seconds = time.perf_counter() - start
+    timing = Timing(time.perf_counter() - start, time.process_time() - start_cpu)
     shutil.rmtree(root, ignore_errors=True)
-    return seconds
+    return timing
 
 
 def write_dicts(root: Path, dicts: Sequence[dict[str, Any]], batch: int) -> float:
@@ -138,10 +146,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, default=7000, help="≈29 messages each (7000)")
     parser.add_argument("--batch", type=int, default=2000, help="trajectories per commit (2000)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="best of N (3)")
     parser.add_argument("--skip-e2e", action="store_true", help="skip the lake.write timing")
     args = parser.parse_args(argv)
-    if args.trajectories < 1 or args.batch < 1:
-        parser.error("--trajectories and --batch must be ≥ 1")
+    if min(args.trajectories, args.batch, args.repeats) < 1:
+        parser.error("--trajectories, --batch and --repeats must be ≥ 1")
 
     start = time.perf_counter()
     data = build_dataset(args.trajectories, args.batch)
@@ -149,38 +158,49 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"built {args.trajectories} trajectories, {data.messages:,} messages, "
         f"{data.nbytes / 1e6:.0f} MB Arrow in {time.perf_counter() - start:.1f} s"
     )
+    makers: dict[str, Callable[[Path], Callable[[], None]]] = {
+        "pyarrow": lambda p: lambda: write_pyarrow(p, data.whole),
+        "one": lambda p: commit_batches(p, [data.whole]),
+        "batched": lambda p: commit_batches(p, data.batches),
+    }
+    runs: dict[str, list[Timing]] = {name: [] for name in makers}
     root = Path(tempfile.mkdtemp(prefix="trajlake-bench-ingest-"))
-    runs: dict[str, list[float]] = {"pyarrow": [], "one": [], "batched": []}
     try:
-        for r in range(REPEATS):  # interleaved, so load on the machine hits all alike
-            runs["pyarrow"].append(
-                timed(lambda p: lambda: write_pyarrow(p, data.whole), root / f"pq{r}")
-            )
-            runs["one"].append(timed(lambda p: commit_batches(p, [data.whole]), root / f"one{r}"))
-            runs["batched"].append(timed(lambda p: commit_batches(p, data.batches), root / f"b{r}"))
+        for r in range(args.repeats):  # interleaved, so load on the machine hits all alike
+            for name, make in makers.items():
+                runs[name].append(timed(make, root / f"{name}-{r}"))
         e2e = None if args.skip_e2e else write_dicts(root / "e2e", data.dicts, args.batch)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    summarize(runs, data, args.batch, e2e)
 
-    best = {k: min(v) for k, v in runs.items()}
+
+def summarize(runs: dict[str, list[Timing]], data: Dataset, batch: int, e2e: float | None) -> None:
+    """Print throughputs, ratios (wall, and CPU for information) and the ratio line."""
+    wall = {k: min(t.wall for t in v) for k, v in runs.items()}
+    cpu = {k: min(t.cpu for t in v) for k, v in runs.items()}
     n_batches = len(data.batches)
-    print(
-        f"best of {REPEATS} (all runs: "
-        + ", ".join(f"{k} {'/'.join(f'{s:.2f}' for s in v)}" for k, v in runs.items())
-        + ")"
-    )
-    print(throughput("pyarrow.parquet.write_table (zstd)", best["pyarrow"], data))
-    print(throughput("lake.commit, one commit", best["one"], data))
-    print(throughput(f"lake.commit, {n_batches} commits of {args.batch}", best["batched"], data))
+    print(f"best of {len(runs['pyarrow'])}; all runs, wall s / cpu s:")
+    for name, timings in runs.items():
+        print(f"  {name:8s} " + "  ".join(f"{t.wall:.2f}/{t.cpu:.2f}" for t in timings))
+    print(throughput("pyarrow.parquet.write_table (zstd)", wall["pyarrow"], data))
+    print(throughput("lake.commit, one commit", wall["one"], data))
+    print(throughput(f"lake.commit, {n_batches} commits of {batch}", wall["batched"], data))
     if e2e is not None:
         print(throughput(f"lake.write(dicts), {n_batches} commits", e2e, data) + "  (info)")
-    ratio_batched = best["pyarrow"] / best["batched"]
-    ratio_one = best["pyarrow"] / best["one"]
-    print(f"lake/pyarrow, batches of {args.batch}: {ratio_batched:.2f} — {verdict(ratio_batched)}")
-    print(f"lake/pyarrow, one commit: {ratio_one:.2f} — {verdict(ratio_one)}")
+    ratio_batched = wall["pyarrow"] / wall["batched"]
+    ratio_one = wall["pyarrow"] / wall["one"]
+    print(
+        f"lake/pyarrow, batches of {batch}: {ratio_batched:.2f} — {verdict(ratio_batched)} "
+        f"(cpu time: {cpu['pyarrow'] / cpu['batched']:.2f})"
+    )
+    print(
+        f"lake/pyarrow, one commit: {ratio_one:.2f} — {verdict(ratio_one)} "
+        f"(cpu time: {cpu['pyarrow'] / cpu['one']:.2f})"
+    )
     print(
         f"RATIO bench_ingest lake/pyarrow={ratio_batched:.2f} (target >= {TARGET}) "
-        f"[batches of {args.batch}; one commit: {ratio_one:.2f}]"
+        f"[batches of {batch}; one commit: {ratio_one:.2f}]"
     )
 
 

@@ -9,7 +9,8 @@ The session is sandboxed: only the lake's directory is readable, and only querie
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import re
+from collections.abc import Collection, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
+_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?P<analyze>ANALY[SZ]E\s+)?(?P<inner>.*)$", re.I | re.S)
 
 DERIVED_VIEWS: dict[str, str] = {
     "tool_calls": """
@@ -61,6 +62,19 @@ DERIVED_VIEWS: dict[str, str] = {
         FROM trajectories t LEFT JOIN best b ON b.trajectory_id = t.trajectory_id
     """,
 }
+
+
+VIEW_TABLES: dict[str, set[str]] = {
+    "tool_calls": {"messages"},
+    "outcomes": {"trajectories", "labels"},
+}
+"""Tables each derived view reads."""
+
+
+def views_named_in(query: str) -> set[str]:
+    """Lake views a query mentions (a superset is harmless: it only costs a file listing)."""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query.lower()))
+    return words & (set(TABLES) | set(DERIVED_VIEWS))
 
 
 def _quote(text: str) -> str:
@@ -124,15 +138,22 @@ class QueryResult:
 class QuerySession:
     """A DuckDB connection whose views show the lake at one snapshot. Read-only."""
 
-    def __init__(self, lake: Lake, snapshot: Snapshot) -> None:
+    def __init__(
+        self, lake: Lake, snapshot: Snapshot, *, views: Collection[str] | None = None
+    ) -> None:
+        """Open a session; `views` limits it to some views (each table costs a file listing)."""
         self.lake = lake
         self.snapshot = snapshot
         self.connection = duckdb.connect()
         self._arrow_sources: list[Any] = []
+        wanted = set(TABLES) | set(DERIVED_VIEWS) if views is None else set(views)
+        derived = [v for v in DERIVED_VIEWS if v in wanted]
+        tables = wanted.intersection(TABLES).union(*(VIEW_TABLES[v] for v in derived))
         for table in TABLES:
-            self._create_view(table)
-        for name, sql in DERIVED_VIEWS.items():
-            self.connection.execute(f"CREATE VIEW {name} AS {sql}")
+            if table in tables:
+                self._create_view(table)
+        for name in derived:
+            self.connection.execute(f"CREATE VIEW {name} AS {DERIVED_VIEWS[name]}")
         self._sandbox()
 
     def _create_view(self, table: str) -> None:
@@ -166,12 +187,23 @@ class QuerySession:
         except duckdb.Error as e:
             raise TrajlakeError(f"SQL error: {e}") from e
         for statement in statements:
-            kind = statement.type.name
-            if kind not in _ALLOWED_STATEMENTS:
-                raise ReadOnlyQuery(
-                    f"{kind} statements are not allowed: lake queries are read-only "
-                    "(write data with `trajlake ingest` or the Python API)"
-                )
+            self._check_statement(statement.type.name, statement.query)
+
+    def _check_statement(self, kind: str, text: str) -> None:
+        if kind == "SELECT":
+            return
+        if kind == "EXPLAIN":
+            match = _EXPLAIN.match(text)
+            # EXPLAIN ANALYZE executes its statement; plain EXPLAIN only plans a query.
+            if match and not match.group("analyze"):
+                inner = self.connection.extract_statements(match.group("inner"))
+                if all(s.type.name == "SELECT" for s in inner):
+                    return
+            kind = "EXPLAIN ANALYZE or EXPLAIN of a non-query"
+        raise ReadOnlyQuery(
+            f"{kind} statements are not allowed: lake queries are read-only "
+            "(write data with `trajlake ingest` or the Python API)"
+        )
 
     def sql(self, query: str) -> QueryResult:
         """Run a read-only query and materialise its result."""

@@ -34,7 +34,9 @@ def test_where_and_at_select_what_is_exported(sample_lake: tl.Lake, tmp_path: Pa
     first = sample_lake.snapshot().snapshot_id
     sample_lake.write(list(sample_trajectories(5, start=100)))
     out = tmp_path / "resolved.jsonl"
-    report = sample_lake.export_jsonl(str(out), at=first, where="resolved AND harness = 'openhands'")
+    report = sample_lake.export_jsonl(
+        str(out), at=first, where="resolved AND harness = 'openhands'"
+    )
     expected = sample_lake.sql(
         "SELECT count(*) FROM trajectories WHERE resolved AND harness = 'openhands'", at=first
     ).rows()[0][0]

@@ -42,7 +42,9 @@ def test_good_records_are_stored_and_bad_ones_quarantined(lake: tl.Lake, tmp_pat
     report = lake.ingest(path)
     assert report.added == 6
     assert report.quarantined == 6
-    rows = lake.sql("SELECT line, field, error, source_uri, raw_size FROM quarantine ORDER BY line").to_dicts()
+    rows = lake.sql(
+        "SELECT line, field, error, source_uri, raw_size FROM quarantine ORDER BY line"
+    ).to_dicts()
     assert [r["line"] for r in rows] == [4, 5, 6, 7, 8, 12]
     assert all(r["source_uri"] == str(path) for r in rows)
     by_line = {r["line"]: r for r in rows}

@@ -14,6 +14,7 @@ from typing import Any
 
 import trajlake as tl
 
+
 def set_settings(lake_root: str | os.PathLike[str], **settings: Any) -> None:
     """Change a local lake's maintenance settings in `_trajlake/lake.json` (reopen to apply)."""
     path = Path(lake_root) / "_trajlake" / "lake.json"

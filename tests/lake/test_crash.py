@@ -150,16 +150,7 @@ def _die(lake: tl.Lake, indices: range, point: str) -> None:
     assert child.exitcode == -signal.SIGKILL
 
 
-_MAINTAIN_LEAVES_RESTORES_UNPINNED = pytest.mark.xfail(
-    reason="trajlake bug: run_maintenance() undoes orphans with RESTORE commits but pins the "
-    "pre-restore versions in no new snapshot, so validate() still reports orphan versions",
-    strict=True,
-)
-
-
-@pytest.mark.parametrize(
-    "cleanup", ["commit", pytest.param("maintain", marks=_MAINTAIN_LEAVES_RESTORES_UNPINNED)]
-)
+@pytest.mark.parametrize("cleanup", ["commit", "maintain"])
 def test_killed_between_data_and_log_entry(lake: tl.Lake, cleanup: str) -> None:
     lake.write([sample_trajectory(i, seed=3, turns=2) for i in range(2)])
     head = lake.snapshot()

@@ -137,14 +137,18 @@ def _maintained_lake(root: Path) -> tuple[tl.Lake, dict[str, Any]]:
     window needs is fair game for log expiry and vacuum.
     """
     lake = tl.open_lake(root, create=True)
-    set_settings(root, log_versions=5, compact_min_files=2, retention_hours=0, auto_maintain_every=0)
+    set_settings(
+        root, log_versions=5, compact_min_files=2, retention_hours=0, auto_maintain_every=0
+    )
     lake = tl.open_lake(root)
     facts: dict[str, Any] = {}
     for i in range(2):
         lake.write([sample_trajectory(i, turns=2)])
     lake.tag("keep", note="must survive maintenance")
     facts["tagged_rows"] = _rows(lake, "keep")
-    facts["tagged_files"] = {t: lake.table_files(t, at="keep") for t in ("trajectories", "messages")}
+    facts["tagged_files"] = {
+        t: lake.table_files(t, at="keep") for t in ("trajectories", "messages")
+    }
     for i in range(2, 12):
         lake.write([sample_trajectory(i, turns=2)])
     facts["first"] = lake.maintain()
@@ -188,12 +192,6 @@ def test_maintenance_expires_old_snapshots_but_keeps_tags(tmp_path: Path) -> Non
     assert report.snapshots_expired == 0  # validate only looks at the window and tags
 
 
-@pytest.mark.xfail(
-    reason="trajlake bug: _maintain._window_hours() turns the window into whole hours (at least "
-    "2 h), so vacuum never deletes files that compaction removed minutes ago, even with "
-    "retention_hours=0 and their versions expired; pass keep_versions=window+tags instead",
-    strict=True,
-)
 def test_vacuum_deletes_files_only_expired_versions_needed(tmp_path: Path) -> None:
     lake, facts = _maintained_lake(tmp_path / "lake")
     # The tag's files stay (validate checks every pinned file of the tag and the window) ...
@@ -209,7 +207,9 @@ def test_stray_files_are_vacuumed_and_tagged_files_kept(tmp_path: Path) -> None:
     """Files no Delta version references (a killed writer's) are vacuumed once old enough."""
     lake, facts = _maintained_lake(tmp_path / "lake")
     stray = Path(lake.uri) / "tables" / "messages" / "part-killed-writer-c000.zstd.parquet"
-    stray.write_bytes(Path(facts["tagged_files"]["messages"][0].removeprefix("file://")).read_bytes())
+    stray.write_bytes(
+        Path(facts["tagged_files"]["messages"][0].removeprefix("file://")).read_bytes()
+    )
     old = time.time() - 400 * 3600  # older than any window the lake computes
     os.utime(stray, (old, old))
     before = count_files(lake.uri, "tables/*/*.parquet")
@@ -222,12 +222,6 @@ def test_stray_files_are_vacuumed_and_tagged_files_kept(tmp_path: Path) -> None:
     assert lake.validate().ok
 
 
-@pytest.mark.xfail(
-    reason="trajlake bug: delta-rs vacuum commits VACUUM START/END versions after "
-    "run_maintenance() chose the versions to pin, so a maintain() that deletes files leaves "
-    "2 orphan versions per table that validate() reports until the next commit pins them",
-    strict=True,
-)
 def test_maintain_that_vacuums_leaves_no_orphan_versions(lake: tl.Lake) -> None:
     lake.write([sample_trajectory(0, turns=2)])
     lake.write([sample_trajectory(1, turns=2)])

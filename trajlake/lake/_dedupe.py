@@ -19,10 +19,16 @@ from trajlake.lake._tables import TableStore
 from trajlake.schema import PRIMARY_KEYS
 
 # trajectories are also unique by content: the same rollout arriving from two formats.
+# A trajectory's messages are written once, together: messages of a trajectory that already
+# has messages stored are duplicates (keeping one id per trajectory, not one per message,
+# keeps the in-memory key set as small as the trajectories').
 _UNIQUE: dict[str, tuple[tuple[str, ...], ...]] = {
     **{t: (k,) for t, k in PRIMARY_KEYS.items() if t != "messages"},
     "trajectories": (("trajectory_id",), ("content_hash",)),
+    "messages": (("trajectory_id",),),
 }
+_GROUPED = {"messages": PRIMARY_KEYS["messages"]}
+"""Tables whose stored key is a group: rows repeat it within a batch, the full key may not."""
 
 
 @dataclass
@@ -84,7 +90,10 @@ class KeyIndex:
                 out[name] = data
                 continue
             stored = self._refresh(name, versions[name])
-            keep = _fresh_mask(data, _UNIQUE[name], stored.keys)
+            if name in _GROUPED:
+                keep = _fresh_group_mask(data, _UNIQUE[name][0], _GROUPED[name], stored.keys)
+            else:
+                keep = _fresh_mask(data, _UNIQUE[name], stored.keys)
             kept = data.filter(pa.array(keep, pa.bool_()))
             duplicates[name] = data.num_rows - kept.num_rows
             out[name] = kept
@@ -93,7 +102,7 @@ class KeyIndex:
             messages = out["messages"]
             keep_messages = pc.is_in(messages.column("trajectory_id"), value_set=ids)
             out["messages"] = messages.filter(keep_messages)
-            duplicates["messages"] = messages.num_rows - out["messages"].num_rows
+            duplicates["messages"] = tables["messages"].num_rows - out["messages"].num_rows
         return DedupeResult(out, duplicates)
 
     def remember(
@@ -116,6 +125,24 @@ def _key_values(data: pa.Table, key: tuple[str, ...]) -> set[Any]:
     if len(key) == 1:
         return {v for v in columns[0] if v is not None}
     return {tuple(row) for row in zip(*columns, strict=True)}
+
+
+def _fresh_group_mask(
+    data: pa.Table,
+    group: tuple[str, ...],
+    full_key: tuple[str, ...],
+    stored: dict[tuple[str, ...], set[Any]],
+) -> list[bool]:
+    """True for rows whose group is not stored and whose full key is new in the batch."""
+    groups = data.column(group[0]).to_pylist()
+    keys = list(zip(*(data.column(c).to_pylist() for c in full_key), strict=True))
+    seen: set[Any] = set()
+    mask = []
+    for g, k in zip(groups, keys, strict=True):
+        fresh = g not in stored[group] and k not in seen
+        seen.add(k)
+        mask.append(fresh)
+    return mask
 
 
 def _fresh_mask(

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import threading
 import uuid
 import weakref
@@ -28,7 +29,7 @@ from trajlake.lake._dedupe import KeyIndex
 from trajlake.lake._lock import commit_lock
 from trajlake.lake._log import Snapshot, SnapshotLog, Tag, utc_now
 from trajlake.lake._storage import LakeLocation, MetadataStore, parse_location
-from trajlake.lake._tables import TableStore, validate_table_name
+from trajlake.lake._tables import TableStore, check_schema, validate_table_name
 from trajlake.records import trajectories_to_tables
 from trajlake.schema import SCHEMA_VERSION, TABLES, CanonicalTrajectory, Stage
 
@@ -200,7 +201,7 @@ class Lake:
             text = at.strip()
             if text.isdigit():
                 return self._log.get(int(text))
-            if text.startswith("@") or ("T" in text and text[:4].isdigit() and "-" in text):
+            if text.startswith("@") or re.match(r"^\d{4}-\d{2}-\d{2}", text):
                 when = dt.datetime.fromisoformat(text.lstrip("@"))
                 return self._log.at_time(when)
             return self._log.get(self._log.get_tag(text).snapshot_id)
@@ -241,8 +242,8 @@ class Lake:
         Rows whose key is already stored are dropped (re-ingest is a no-op); messages follow
         their trajectories. When nothing is new, no snapshot is created.
         """
-        for name in tables:
-            validate_table_name(name)
+        # Every table is checked before anything is written: a bad one fails the whole commit.
+        tables = {validate_table_name(n): check_schema(n, t) for n, t in tables.items()}
         commit_id = uuid.uuid4().hex
         with self._lock():
             head = self.recover(self._log.latest())
@@ -421,7 +422,9 @@ class Lake:
 
     def sql(self, query: str, *, at: SnapshotRef = None) -> QueryResult:
         """Run read-only SQL on a pinned snapshot; convert with to_arrow/to_polars/to_pandas."""
-        with self.query(at) as session:
+        from trajlake.query import QuerySession, views_named_in
+
+        with QuerySession(self, self.snapshot(at), views=views_named_in(query)) as session:
             return session.sql(query)
 
     def export_jsonl(
@@ -469,6 +472,8 @@ class Lake:
 
         report = run_maintenance(self, incremental=incremental, vacuum=vacuum, dry_run=dry_run)
         self._commits_since_maintenance = 0
+        if not incremental:
+            self._tables.forget_files()  # file lists of expired versions may name deleted files
         return report
 
     def validate(self) -> ValidationReport:

@@ -64,12 +64,21 @@ class Tag:
         return json.dumps(asdict(self), sort_keys=True).encode()
 
 
+_LOOKS_LIKE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
 def validate_tag_name(name: str) -> str:
-    """Tag names become file names: letters, digits, '.', '_' and '-' only, ≤ 128 characters."""
-    if not isinstance(name, str) or not _TAG_NAME.match(name) or name in (".", ".."):
+    """Tag names become file names and must not read as another kind of snapshot reference.
+
+    Letters, digits, '.', '_' and '-' (starting with a letter or digit, ≤ 128 characters);
+    not 'latest', not all digits (a snapshot id), not a date (a timestamp).
+    """
+    valid = isinstance(name, str) and bool(_TAG_NAME.match(name))
+    if not valid or name == "latest" or name.isdigit() or _LOOKS_LIKE_TIME.match(name):
         raise ValueError(
-            f"invalid tag name {name!r}: use letters, digits, '.', '_' or '-' "
-            "(starting with a letter or digit, at most 128 characters)"
+            f"invalid tag name {name!r}: use letters, digits, '.', '_' or '-' (starting with a "
+            "letter or digit, at most 128 characters); 'latest', plain numbers and dates are "
+            "taken by snapshot references"
         )
     return name
 

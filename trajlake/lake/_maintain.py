@@ -172,7 +172,9 @@ def _write_merged(lake: Lake, store: TableStore, plan: _Plan) -> None:
 def _discard(lake: Lake, store: TableStore, plan: _Plan) -> None:
     fs = lake.location.filesystem()
     for f in plan.merged:
-        fs.rm_file(store.data_uri(plan.table, f.path))
+        uri = store.data_uri(plan.table, f.path)
+        if fs.exists(uri):
+            fs.rm_file(uri)
 
 
 def _commit_plans(
@@ -185,8 +187,12 @@ def _commit_plans(
         commit_id = uuid.uuid4().hex
         for plan in plans:
             live = {u.rsplit("/", 1)[-1] for u in store.files(plan.table, head.tables[plan.table])}
-            if not all(p.rsplit("/", 1)[-1] in live for p in plan.paths):
-                _discard(lake, store, plan)  # another maintenance run merged some of them first
+            fs = lake.location.filesystem()
+            merged_there = all(fs.exists(store.data_uri(plan.table, f.path)) for f in plan.merged)
+            if not merged_there or not all(p.rsplit("/", 1)[-1] in live for p in plan.paths):
+                # Another run merged some of them first, or a short-retention vacuum took
+                # the merged files (written outside the lock) before they were committed.
+                _discard(lake, store, plan)
                 continue
             actions = [remove_action(p, plan.sizes[p]) for p in plan.paths]
             actions += [f.add_action(data_change=False) for f in plan.merged]
@@ -256,29 +262,43 @@ def _expire_log(
         report.log_files_removed += 1
 
 
-def _window_hours(lake: Lake, store: TableStore, name: str) -> int:
-    """Hours back to the oldest version kept loadable: files removed since then must stay."""
-    history = store.handle(name).history(lake.settings.log_versions + 1)
-    if not history:
-        return lake.settings.retention_hours
-    oldest_ms = min(int(h["timestamp"]) for h in history)
-    age_h = (time.time() * 1000 - oldest_ms) / 3_600_000
-    return max(lake.settings.retention_hours, math.ceil(age_h) + 1)
+def _loadable_versions(store: TableStore, name: str, keep: set[int]) -> list[int]:
+    """Versions that can still be loaded after expiry: the window, plus tagged versions."""
+    latest = int(store.handle(name).version())
+    kept = [v for v, kind, _ in _log_files(store, name) if kind == "json" or v not in keep]
+    oldest = min(kept, default=latest)
+    return sorted(set(range(oldest, latest + 1)) | keep)
 
 
 def _vacuum(
     lake: Lake, store: TableStore, name: str, keep: set[int], report: TableMaintenance
 ) -> None:
-    # Under the lock: a full vacuum also deletes files of no commit, which a writer in flight
-    # would otherwise lose when the retention is short.
+    """Delete files no loadable version references. Under the lock.
+
+    Files of no commit at all are deleted too; the lock keeps a commit in flight from losing
+    its files, and compaction re-checks its merged files before committing them.
+    """
     removed = store.handle(name).vacuum(
-        retention_hours=_window_hours(lake, store, name),
+        retention_hours=lake.settings.retention_hours,
         dry_run=False,
         enforce_retention_duration=False,
         full=True,
-        keep_versions=sorted(keep) or None,
+        keep_versions=_loadable_versions(store, name, keep),
     )
     report.data_files_vacuumed = len(removed)
+
+
+def _pin_latest(
+    lake: Lake, store: TableStore, operation: str, summary: dict[str, Any]
+) -> int | None:
+    """Write a snapshot pinning tables whose latest version moved without changing rows
+    (vacuum records its own versions). Under the lock; returns the snapshot id, if any."""
+    head = lake.snapshot_log.latest()
+    versions = {name: int(store.handle(name).version()) for name in head.tables}
+    if versions == head.tables:
+        return None
+    snap = Snapshot(head.snapshot_id + 1, utc_now(), operation, versions, summary, head.snapshot_id)
+    return lake.snapshot_log.append(snap).snapshot_id
 
 
 def run_maintenance(
@@ -313,6 +333,9 @@ def run_maintenance(
         with lake.locked():
             for name, table_report in report.tables.items():
                 _vacuum(lake, store, name, keep.get(name, set()), table_report)
+            vacuumed = {n: r.data_files_vacuumed for n, r in report.tables.items()}
+            pinned = _pin_latest(lake, store, "maintain", {"vacuumed": vacuumed})
+            report.snapshot_id = pinned or report.snapshot_id
     report.seconds = time.perf_counter() - start
     log.info("maintenance done in %.3fs", report.seconds)
     return report

@@ -189,6 +189,10 @@ class TableStore:
             self._scannable[name] = cached
         return cached
 
+    def forget_files(self) -> None:
+        """Drop cached file lists (after a vacuum deleted files of expired versions)."""
+        self._files.clear()
+
     def forget(self, names: Iterable[str]) -> None:
         """Drop cached handles (after maintenance rewrote the log)."""
         with self._mutex:

@@ -1,0 +1,40 @@
+"""`trajlake demo`, the README's first command: the whole tour on a fresh local lake."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from trajlake.cli.main import cli
+
+
+def test_demo_runs_the_tour_and_is_idempotent(tmp_path: Path) -> None:
+    runner = CliRunner()
+    lake = str(tmp_path / "demo-lake")
+    first = runner.invoke(cli, ["demo", "--lake", lake, "--output", "json"])
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.output)
+    assert report["ingest"]["added"] == 80 and report["ingest"]["quarantined"] == 0
+    assert report["time_travel"] == {"latest": 88, "sample-v1": 80}
+    assert report["valid"] is True
+    rates = report["answers"]["success rate by harness and policy"]
+    assert sum(r["rollouts"] for r in rates) == 80
+    assert all(0.0 <= r["success_rate"] <= 1.0 for r in rates)
+    tools = {r["tool_name"] for r in report["answers"]["most used tools"]}
+    assert {"bash", "submit"} <= tools
+
+    again = runner.invoke(cli, ["demo", "--lake", lake, "--output", "json"])
+    assert again.exit_code == 0, again.output
+    second = json.loads(again.output)
+    assert second["ingest"]["added"] == 0 and second["ingest"]["duplicates"] == 80
+    assert second["time_travel"]["sample-v1"] == 80
+
+
+def test_demo_text_output_names_the_lake_and_findings(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["demo", "--lake", str(tmp_path / "d")])
+    assert result.exit_code == 0, result.output
+    assert "success rate by harness and policy" in result.output
+    assert "sample-v1: 80" in result.output
+    assert "validate: ok" in result.output
