@@ -2,17 +2,17 @@
 
 from trajlake.ingest._adapter import Adapter, BadRecord, ParsedTrajectory
 from trajlake.ingest._pipeline import IngestOptions, IngestReport, ingest
-from trajlake.ingest._registry import ADAPTERS, detect, format_names, get_adapter
+from trajlake.ingest._registry import adapters, detect, format_names, get_adapter
 from trajlake.ingest._sources import SourceFile, expand_sources
 
 __all__ = [
-    "ADAPTERS",
     "Adapter",
     "BadRecord",
     "IngestOptions",
     "IngestReport",
     "ParsedTrajectory",
     "SourceFile",
+    "adapters",
     "detect",
     "expand_sources",
     "format_names",

@@ -6,6 +6,7 @@ goes on with the rest of the file, so one broken record never costs the good one
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,6 +60,30 @@ class Adapter(Protocol):
     def read(self, source: SourceFile, stream: IO[bytes]) -> Iterator[Parsed]:
         """Every trajectory (or bad record) in the file, in order."""
         ...
+
+
+class CompanionAware(Protocol):
+    """Optional adapter method: files read together with another file are not ingested alone.
+
+    For example a Claude Code subagent transcript (`<session>/subagents/agent-*.jsonl`) is read
+    as a thread of its session; when a directory holds both, the pipeline skips the subagent
+    file instead of ingesting it a second time as a session of its own.
+    """
+
+    def companion_of(self, source: SourceFile, all_uris: frozenset[str]) -> str | None:
+        """The URI of the file that reads `source` along with itself, if it is among `all_uris`."""
+        ...
+
+
+def stable_id(fmt: str, *parts: object) -> str:
+    """A deterministic trajectory id from a source's own identifiers (or content).
+
+    Prefer identifiers the source carries (session id, instance id + run, eval id + sample +
+    epoch); fall back to a hash of the record's bytes. Never the file path alone: the same
+    rollout read from another folder must get the same id.
+    """
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()
+    return f"{fmt}-{digest[:32]}"
 
 
 def bad_from_validation(error: ValidationError, **where: Any) -> BadRecord:
