@@ -53,12 +53,12 @@ class Dataset:
     @property
     def trajectories(self) -> int:
         """Trajectory rows."""
-        return self.whole["trajectories"].num_rows
+        return int(self.whole["trajectories"].num_rows)
 
     @property
     def messages(self) -> int:
         """Message rows."""
-        return self.whole["messages"].num_rows
+        return int(self.whole["messages"].num_rows)
 
 
 def build_dataset(trajectories: int, batch: int) -> Dataset:

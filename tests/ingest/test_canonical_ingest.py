@@ -135,3 +135,28 @@ def test_batches_commit_separately_and_all_land(lake: tl.Lake, tmp_path: Path) -
     report = lake.ingest(path, batch_size=10)
     assert report.commits == 3
     assert lake.sql("SELECT count(*) FROM trajectories").rows()[0][0] == 25
+
+
+def test_parallel_chunked_parse_keeps_lines_and_records(lake: tl.Lake, tmp_path: Path) -> None:
+    from trajlake.ingest import IngestOptions, ingest
+
+    records = list(sample_trajectories(40))
+    bad = {7: b"{broken\n", 23: b'{"trajectory_id": 5}\n'}
+    path = tmp_path / "big.jsonl"
+    with open(path, "wb") as f:
+        for i, r in enumerate(records):
+            f.write(bad.get(i, b""))
+            f.write(json.dumps(r).encode() + b"\n")
+    options = IngestOptions(workers=2, parallel_min_bytes=0, chunk_bytes=100_000, batch_size=16)
+    report = ingest(lake, [str(path)], options=options)
+    assert (report.added, report.quarantined, report.trajectories_read) == (40, 2, 40)
+    assert report.commits == 3
+    lines = lake.sql("SELECT line FROM quarantine ORDER BY line").rows()
+    assert lines == [(8,), (25,)]  # file lines, although parsed in ~12 chunks
+    stored = lake.sql(
+        "SELECT source_line FROM trajectories WHERE trajectory_id = 'sample-0-0000030'"
+    ).rows()
+    assert stored == [(33,)]  # 30 records and 2 bad lines before it, 1-based
+    assert lake.sql("SELECT count(*) FROM messages").rows()[0][0] == sum(
+        len(r["messages"]) for r in records
+    )

@@ -1,30 +1,37 @@
-"""The ingest pipeline: sources → adapter → normalised records → batched lake commits.
+"""The ingest pipeline: sources → adapters → normalised tables → batched lake commits.
 
-Memory stays bounded (records are committed every `batch_size` trajectories); bad records go
-to `quarantine` with file, line and reason while the good ones are kept; `strict` raises on
-the first bad record instead.
+Files (and line-aligned chunks of big JSONL files) are parsed in worker processes when the
+input is big enough to pay for them, so parsing uses every core; memory stays bounded
+(trajectories are committed every `batch_size`, at most two chunks per worker are in flight).
+Bad records go to `quarantine` with file, line and reason while the good ones are kept;
+`strict` raises on the first bad record instead.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
+import itertools
 import logging
+import multiprocessing
+import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from trajlake._progress import NullProgress, Progress
-from trajlake.errors import FormatDetectionError, InvalidRecord
-from trajlake.ingest._adapter import Adapter, BadRecord, ParsedTrajectory
-from trajlake.ingest._registry import detect, get_adapter
+from trajlake.errors import FormatDetectionError
+from trajlake.ingest._adapter import Adapter
+from trajlake.ingest._parse import ParsedChunk, ParseTask, Stamp, parse_task
+from trajlake.ingest._registry import adapters, detect, get_adapter
 from trajlake.ingest._sources import SourceFile, expand_sources
-from trajlake.records import rows_for_table, trajectories_to_tables
-from trajlake.schema import CanonicalTrajectory, Stage
+from trajlake.schema import Stage
 
 if TYPE_CHECKING:
     from trajlake.lake import Lake
@@ -39,6 +46,7 @@ class IngestReport:
     ingest_id: str
     files: int = 0
     files_skipped: list[str] = field(default_factory=list)
+    files_companion: int = 0
     formats: dict[str, int] = field(default_factory=dict)
     trajectories_read: int = 0
     added: int = 0
@@ -66,6 +74,7 @@ class IngestReport:
             "redactions": self.redactions,
             "files": self.files,
             "files_skipped": self.files_skipped,
+            "files_companion": self.files_companion,
             "formats": self.formats,
             "trajectories_read": self.trajectories_read,
             "bytes_read": self.bytes_read,
@@ -79,138 +88,95 @@ class IngestReport:
 
 @dataclass(frozen=True)
 class IngestOptions:
-    """Fields set on every ingested trajectory, and how to treat bad records."""
+    """Fields set on every ingested trajectory, and how the work is done."""
 
     generation: int | None = None
     run_id: str | None = None
     stage: Stage | None = None
     strict: bool = False
     batch_size: int = 1000
+    """Trajectories per commit: memory is bounded by it, whatever the input size."""
+    redact: bool = True
+    """Replace secrets with typed placeholders (trajlake.ingest.redact)."""
+    workers: int | None = None
+    """Parsing processes (None: one per core); small inputs are parsed in-process."""
+    parallel_min_bytes: int = 64 * 1024 * 1024
+    """Inputs smaller than this are parsed in-process: starting workers costs ~1 s."""
+    chunk_bytes: int = 32 * 1024 * 1024
+    """Big line-record files are split into line-aligned chunks of about this size."""
 
 
-def _quarantine_row(
-    source: SourceFile, fmt: str, bad: BadRecord, ingest_id: str, now: dt.datetime
-) -> dict[str, Any]:
-    digest = hashlib.sha256(
-        f"{source.uri}\0{bad.line}\0{bad.offset}\0".encode() + (bad.raw or b"")
-    ).hexdigest()
-    return {
-        "quarantine_id": digest[:32],
-        "source_uri": source.uri,
-        "line": bad.line,
-        "offset": bad.offset,
-        "source_format": fmt,
-        "field": bad.field,
-        "error": bad.error,
-        "raw": bad.raw,
-        "raw_size": bad.raw_size,
-        "ingest_id": ingest_id,
-        "created_at": now,
-    }
+class _Committer:
+    """Collects parsed chunks and commits them in batches of `batch_size` trajectories."""
 
-
-def _describe(source: SourceFile, bad: BadRecord) -> str:
-    where = f"{source.uri}:{bad.line}" if bad.line is not None else source.uri
-    return f"{where}: {bad.error}"
-
-
-class _Batch:
-    """Records and quarantine rows waiting for the next commit."""
-
-    def __init__(self) -> None:
-        self.records: list[CanonicalTrajectory] = []
-        self.quarantine: list[dict[str, Any]] = []
-
-    def __len__(self) -> int:
-        return len(self.records) + len(self.quarantine)
-
-
-class _Ingest:
-    def __init__(self, lake: Lake, options: IngestOptions, progress: Progress) -> None:
+    def __init__(self, lake: Lake, report: IngestReport, batch_size: int) -> None:
         self.lake = lake
-        self.options = options
-        self.progress = progress
-        self.report = IngestReport(ingest_id=uuid.uuid4().hex)
-        self.now = dt.datetime.now(dt.timezone.utc)
-        self.batch = _Batch()
+        self.report = report
+        self.batch_size = batch_size
+        self.pending: dict[str, list[pa.Table]] = {}
+        self.trajectories = 0
 
-    def stamp(self, parsed: ParsedTrajectory, source: SourceFile, fmt: str) -> CanonicalTrajectory:
-        record = parsed.record
-        opts = self.options
-        if opts.generation is not None:
-            record.generation = opts.generation
-        if opts.run_id is not None:
-            record.run_id = opts.run_id
-        if opts.stage is not None:
-            record.stage = opts.stage
-        # Provenance already present (a canonical re-ingest) is kept: it names the original source.
-        if record.source_format is None:
-            record.source_format = fmt
-        if record.source_uri is None:
-            record.source_uri = source.uri
-            record.source_line = parsed.line
-            record.source_offset = parsed.offset
-        if record.ingest_id is None:
-            record.ingest_id = self.report.ingest_id
-            record.ingested_at = self.now
-        return record
+    def add(self, chunk: ParsedChunk) -> None:
+        self.report.trajectories_read += chunk.trajectories
+        self.report.quarantined += chunk.quarantined
+        self.report.redactions += chunk.redactions
+        self.report.problems.extend(chunk.problems)
+        for name, table in chunk.tables.items():
+            self.pending.setdefault(name, []).append(table)
+        self.trajectories += chunk.trajectories
+        while self.trajectories >= self.batch_size:
+            self._commit(self._take(self.batch_size))
 
-    def commit(self) -> None:
-        if not len(self.batch):
-            return
-        tables: dict[str, pa.Table] = trajectories_to_tables(self.batch.records)
-        if self.batch.quarantine:
-            tables["quarantine"] = rows_for_table("quarantine", self.batch.quarantine)
+    def _take(self, count: int) -> dict[str, pa.Table]:
+        """The first `count` pending trajectories with their messages (and pending bad rows)."""
+        tables = {n: pa.concat_tables(ts) for n, ts in self.pending.items()}
+        trajectories = tables.pop("trajectories")
+        batch = {"trajectories": trajectories.slice(0, count), **tables}
+        self.pending = {"trajectories": [trajectories.slice(count)]}
+        messages = tables.get("messages")
+        if messages is not None:
+            ids = batch["trajectories"].column("trajectory_id")
+            mine = pc.is_in(messages.column("trajectory_id"), value_set=ids)
+            batch["messages"] = messages.filter(mine)
+            self.pending["messages"] = [messages.filter(pc.invert(mine))]
+        self.trajectories -= batch["trajectories"].num_rows
+        return batch
+
+    def _commit(self, tables: dict[str, pa.Table]) -> None:
         summary = {"ingest_id": self.report.ingest_id, "source_files": self.report.files}
         result = self.lake.commit(tables, operation="ingest", summary=summary)
         self.report.added += result.added.get("trajectories", 0)
         self.report.duplicates += result.duplicates.get("trajectories", 0)
         self.report.snapshot_id = result.snapshot_id
         self.report.commits += 1
-        self.batch = _Batch()
 
-    def bad(self, source: SourceFile, fmt: str, bad: BadRecord) -> None:
-        message = _describe(source, bad)
-        if self.options.strict:
-            raise InvalidRecord(message + " (without --strict it would be quarantined)")
-        log.info("quarantined %s", message)
-        self.report.quarantined += 1
-        self.report.problems.append(message)
-        self.batch.quarantine.append(
-            _quarantine_row(source, fmt, bad, self.report.ingest_id, self.now)
-        )
+    def flush(self) -> None:
+        if any(t.num_rows for ts in self.pending.values() for t in ts):
+            self._commit({n: pa.concat_tables(ts) for n, ts in self.pending.items()})
+        self.pending = {}
+        self.trajectories = 0
 
-    def file(self, source: SourceFile, adapter: Adapter) -> None:
-        self.report.files += 1
-        self.report.formats[adapter.name] = self.report.formats.get(adapter.name, 0) + 1
-        # Progress moves with the records' byte offsets where they are file offsets (plain
-        # files); compressed files advance when they are done.
-        plain = source.size is not None and not source.is_compressed
-        done = 0
-        with source.open() as stream:
-            for item in adapter.read(source, stream):
-                if isinstance(item, BadRecord):
-                    self.bad(source, adapter.name, item)
-                else:
-                    self.report.trajectories_read += 1
-                    self.batch.records.append(self.stamp(item, source, adapter.name))
-                if plain and item.offset is not None and item.offset > done:
-                    self.progress.advance(item.offset - done)
-                    done = item.offset
-                if len(self.batch) >= self.options.batch_size:
-                    self.commit()
-        self.report.bytes_read += source.size or 0
-        self.progress.advance((source.size or 0) - done)
+
+def _is_companion(source: SourceFile, all_uris: frozenset[str]) -> bool:
+    for adapter in adapters().values():
+        companion_of = getattr(adapter, "companion_of", None)
+        if companion_of is not None and companion_of(source, all_uris) is not None:
+            return True
+    return False
 
 
 def _choose_adapters(
     sources: Sequence[SourceFile], fmt: str, report: IngestReport
 ) -> list[tuple[SourceFile, Adapter]]:
-    if fmt != "auto":
-        adapter = get_adapter(fmt)
-        return [(s, adapter) for s in sources]
+    all_uris = frozenset(s.uri for s in sources)
     chosen = []
     for source in sources:
+        if len(sources) > 1 and _is_companion(source, all_uris):
+            report.files_companion += 1  # read together with the file it belongs to
+            continue
+        if fmt != "auto":
+            chosen.append((source, get_adapter(fmt)))
+            continue
         try:
             chosen.append((source, detect(source)))
         except FormatDetectionError as e:
@@ -226,6 +192,64 @@ def _choose_adapters(
     return chosen
 
 
+def _line_chunks(source: SourceFile, chunk_bytes: int) -> list[tuple[int, int, int]]:
+    """(start, end, first line) of line-aligned chunks covering a plain local file."""
+    size = source.size or 0
+    chunks = []
+    start, line = 0, 1
+    with open(source.uri, "rb") as f:
+        while start < size:
+            f.seek(min(size, start + chunk_bytes))
+            f.readline()  # move to the end of the line the nominal boundary falls in
+            end = min(size, f.tell()) if start + chunk_bytes < size else size
+            chunks.append((start, end, line))
+            f.seek(start)
+            remaining, newlines = end - start, 0
+            while remaining > 0:
+                block = f.read(min(remaining, 8 << 20))
+                newlines += block.count(b"\n")
+                remaining -= len(block)
+            start, line = end, line + newlines
+    return chunks
+
+
+def _tasks(plan: Sequence[tuple[SourceFile, Adapter]], chunk_bytes: int) -> list[ParseTask]:
+    tasks = []
+    for source, adapter in plan:
+        splittable = getattr(adapter, "line_records", False) and "://" not in source.uri
+        big = (source.size or 0) > chunk_bytes and not source.is_compressed
+        base = ParseTask(source.uri, source.size, source.storage_options, adapter.name)
+        if not (splittable and big):
+            tasks.append(base)
+            continue
+        for start, end, first_line in _line_chunks(source, chunk_bytes):
+            tasks.append(replace(base, start=start, end=end, first_line=first_line))
+    return tasks
+
+
+def _run_tasks(
+    tasks: Sequence[ParseTask], stamp: Stamp, workers: int
+) -> Iterator[tuple[ParseTask, ParsedChunk]]:
+    """Results in task order; with workers, at most two tasks per worker are in flight."""
+    if workers <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            yield task, parse_task(task, stamp)
+        return
+    # spawn, not fork: the parent holds delta-rs and DuckDB thread pools that must not be forked.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        in_flight: deque[tuple[ParseTask, Future[ParsedChunk]]] = deque()
+        queue = iter(tasks)
+        for task in itertools.islice(queue, 2 * workers):
+            in_flight.append((task, pool.submit(parse_task, task, stamp)))
+        while in_flight:
+            task, future = in_flight.popleft()
+            next_task = next(queue, None)
+            if next_task is not None:
+                in_flight.append((next_task, pool.submit(parse_task, next_task, stamp)))
+            yield task, future.result()
+
+
 def ingest(
     lake: Lake,
     inputs: Sequence[str],
@@ -239,17 +263,35 @@ def ingest(
     options = options or IngestOptions()
     progress = progress or NullProgress()
     start = time.perf_counter()
-    run = _Ingest(lake, options, progress)
-    sources = expand_sources(inputs, storage_options)
-    plan = _choose_adapters(sources, format, run.report)
-    progress.start("ingest", float(sum(s.size or 0 for s, _ in plan)))
+    report = IngestReport(ingest_id=uuid.uuid4().hex)
+    stamp = Stamp(
+        report.ingest_id,
+        dt.datetime.now(dt.timezone.utc),
+        options.generation,
+        options.run_id,
+        options.stage,
+        options.strict,
+        options.redact,
+    )
+    plan = _choose_adapters(expand_sources(inputs, storage_options), format, report)
+    for source, adapter in plan:
+        report.files += 1
+        report.formats[adapter.name] = report.formats.get(adapter.name, 0) + 1
+        report.bytes_read += source.size or 0
+    tasks = _tasks(plan, options.chunk_bytes)
+    workers = options.workers or os.cpu_count() or 1
+    if report.bytes_read < options.parallel_min_bytes:
+        workers = 1
+    committer = _Committer(lake, report, options.batch_size)
+    progress.start("ingest", float(report.bytes_read))
     try:
-        for source, adapter in plan:
-            run.file(source, adapter)
-        run.commit()
+        for task, chunk in _run_tasks(tasks, stamp, workers):
+            committer.add(chunk)
+            progress.advance(task.length)
+        committer.flush()
     finally:
         progress.finish()
-    run.report.seconds = time.perf_counter() - start
-    if run.report.snapshot_id is None:
-        run.report.snapshot_id = lake.snapshot().snapshot_id
-    return run.report
+    report.seconds = time.perf_counter() - start
+    if report.snapshot_id is None:
+        report.snapshot_id = lake.snapshot().snapshot_id
+    return report

@@ -27,6 +27,8 @@ class CanonicalAdapter:
 
     name: ClassVar[str] = "canonical"
     description: ClassVar[str] = "*.jsonl — trajlake canonical JSONL (`trajlake export jsonl`)"
+    line_records: ClassVar[bool] = True
+    """Every line is a whole record: big files can be parsed in chunks."""
 
     def sniff(self, source: SourceFile, head: bytes) -> float:
         """Sure when the first line is an object with messages and only canonical keys."""

@@ -370,6 +370,8 @@ class Lake:
         stage: Stage | None = None,
         strict: bool = False,
         batch_size: int = 1000,
+        redact: bool = True,
+        workers: int | None = None,
         storage_options: Mapping[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> IngestReport:
@@ -381,13 +383,23 @@ class Lake:
             generation, run_id, stage: set on every ingested trajectory.
             strict: raise on the first bad record instead of quarantining it.
             batch_size: trajectories per commit (memory stays bounded by it).
+            redact: replace secrets with typed placeholders (`<SECRET:openai_key:1>`).
+            workers: parsing processes for big inputs (None: one per core).
             storage_options: fsspec options for remote inputs.
             progress: receives progress (bytes read).
         """
         from trajlake.ingest import IngestOptions, ingest
 
         items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-        options = IngestOptions(generation, run_id, stage, strict, batch_size)
+        options = IngestOptions(
+            generation=generation,
+            run_id=run_id,
+            stage=stage,
+            strict=strict,
+            batch_size=batch_size,
+            redact=redact,
+            workers=workers,
+        )
         return ingest(
             self,
             [os.fspath(i) for i in items],
