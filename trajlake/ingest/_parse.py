@@ -22,6 +22,7 @@ from trajlake.records import rows_for_table, trajectories_to_tables
 from trajlake.schema import CanonicalTrajectory, Stage
 
 log = logging.getLogger(__name__)
+_RECORDS_PER_PART = 128
 
 
 @dataclass(frozen=True)
@@ -161,9 +162,15 @@ def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
     """Parse, stamp, redact and normalise one task's trajectories; quarantine bad records."""
     redactor = _redactor() if stamp.redact else None
     records: list[CanonicalTrajectory] = []
+    parts: list[dict[str, pa.Table]] = []
     bad_rows: list[dict[str, Any]] = []
     chunk = ParsedChunk(tables={})
     for item in _items(task):
+        if len(records) >= _RECORDS_PER_PART:
+            # Arrow holds a record in a fraction of the memory its Python objects take.
+            parts.append(trajectories_to_tables(records))
+            chunk.trajectories += len(records)
+            records = []
         if isinstance(item, BadRecord):
             message = describe(task.uri, item)
             if stamp.strict:
@@ -178,9 +185,12 @@ def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
             item.record.n_redactions += found
             chunk.redactions += found
         records.append(item.record)
-    chunk.trajectories = len(records)
+    if records:
+        parts.append(trajectories_to_tables(records))
+        chunk.trajectories += len(records)
     chunk.quarantined = len(bad_rows)
-    chunk.tables = trajectories_to_tables(records) if records else {}
+    if parts:
+        chunk.tables = {n: pa.concat_tables([p[n] for p in parts]) for n in parts[0]}
     if bad_rows:
         chunk.tables["quarantine"] = rows_for_table("quarantine", bad_rows)
     return chunk

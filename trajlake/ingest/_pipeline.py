@@ -96,23 +96,26 @@ class IngestOptions:
     strict: bool = False
     batch_size: int = 1000
     """Trajectories per commit: memory is bounded by it, whatever the input size."""
+    batch_bytes: int = 128 * 1024 * 1024
+    """Also commit once this much Arrow data is pending (long trajectories are big)."""
     redact: bool = True
     """Replace secrets with typed placeholders (trajlake.ingest.redact)."""
     workers: int | None = None
     """Parsing processes (None: one per core); small inputs are parsed in-process."""
     parallel_min_bytes: int = 64 * 1024 * 1024
     """Inputs smaller than this are parsed in-process: starting workers costs ~1 s."""
-    chunk_bytes: int = 32 * 1024 * 1024
+    chunk_bytes: int = 16 * 1024 * 1024
     """Big line-record files are split into line-aligned chunks of about this size."""
 
 
 class _Committer:
     """Collects parsed chunks and commits them in batches of `batch_size` trajectories."""
 
-    def __init__(self, lake: Lake, report: IngestReport, batch_size: int) -> None:
+    def __init__(self, lake: Lake, report: IngestReport, batch_size: int, batch_bytes: int) -> None:
         self.lake = lake
         self.report = report
         self.batch_size = batch_size
+        self.batch_bytes = batch_bytes
         self.pending: dict[str, list[pa.Table]] = {}
         self.trajectories = 0
 
@@ -126,6 +129,8 @@ class _Committer:
         self.trajectories += chunk.trajectories
         while self.trajectories >= self.batch_size:
             self._commit(self._take(self.batch_size))
+        if sum(t.nbytes for ts in self.pending.values() for t in ts) >= self.batch_bytes:
+            self.flush()
 
     def _take(self, count: int) -> dict[str, pa.Table]:
         """The first `count` pending trajectories with their messages (and pending bad rows)."""
@@ -282,7 +287,7 @@ def ingest(
     workers = options.workers or os.cpu_count() or 1
     if report.bytes_read < options.parallel_min_bytes:
         workers = 1
-    committer = _Committer(lake, report, options.batch_size)
+    committer = _Committer(lake, report, options.batch_size, options.batch_bytes)
     progress.start("ingest", float(report.bytes_read))
     try:
         for task, chunk in _run_tasks(tasks, stamp, workers):
