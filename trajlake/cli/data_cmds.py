@@ -38,6 +38,19 @@ from trajlake.schema import Stage
     show_default=True,
     help="Trajectories per commit (bounds memory).",
 )
+@click.option(
+    "--no-redact",
+    "no_redact",
+    is_flag=True,
+    help="Keep secrets as they are (by default API keys, tokens, private keys, passwords and "
+    "e-mail addresses become typed placeholders such as <SECRET:openai_key:1>).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Parsing processes for big inputs (default: one per core).",
+)
 @output_option()
 def ingest(
     paths: tuple[str, ...],
@@ -49,6 +62,8 @@ def ingest(
     stage: str | None,
     strict: bool,
     batch_size: int,
+    no_redact: bool,
+    workers: int | None,
     output: str,
 ) -> None:
     """Ingest trajectory files: paths, directories, globs or URLs (.gz/.zst too).
@@ -64,6 +79,8 @@ def ingest(
         stage=cast(Stage | None, stage),
         strict=strict,
         batch_size=batch_size,
+        redact=not no_redact,
+        workers=workers,
         progress=progress_for("bytes"),
     )
     make_output(output).ingest_report(report)
