@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trajlake.records import content_hash, normalize
-from trajlake.schema import CanonicalTrajectory
+from trajlake.schema import CanonicalTrajectory, Message
 
 
 def _record(**fields: object) -> CanonicalTrajectory:
@@ -78,3 +78,14 @@ def test_missing_id_is_derived_from_content() -> None:
     assert first.trajectory_id == second.trajectory_id
     assert first.trajectory_id.startswith("h-")
     assert first.messages[0].trajectory_id == first.trajectory_id
+
+
+def test_clashing_message_indices_are_renumbered_in_order() -> None:
+    record = CanonicalTrajectory.model_validate({"trajectory_id": "t", "messages": []})
+    record.messages = [
+        Message(trajectory_id="t", idx=0, role="user", content="a"),
+        Message(trajectory_id="t", idx=0, role="assistant", content="b"),
+        Message(trajectory_id="t", idx=0, role="user", content="c", thread="sub"),
+    ]
+    normalize(record)
+    assert [(m.thread, m.idx) for m in record.messages] == [("main", 0), ("main", 1), ("sub", 0)]

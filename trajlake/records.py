@@ -66,6 +66,21 @@ def assign_turns(messages: Sequence[Message]) -> None:
             m.turn = counters[m.thread]
 
 
+def _renumber_if_ambiguous(messages: Sequence[Message]) -> None:
+    """Give messages their position in the thread when (thread, idx) would repeat.
+
+    Keys must be unique (duplicates would be dropped as already stored); messages arrive in
+    order, so their position is the truthful index when the source's own numbering clashes.
+    """
+    keys = [(m.thread, m.idx) for m in messages]
+    if len(set(keys)) == len(keys):
+        return
+    positions: dict[str, int] = {}
+    for m in messages:
+        m.idx = positions.get(m.thread, 0)
+        positions[m.thread] = m.idx + 1
+
+
 def _sum_or_none(values: Iterable[int | None]) -> int | None:
     present = [v for v in values if v is not None]
     return sum(present) if present else None
@@ -74,6 +89,7 @@ def _sum_or_none(values: Iterable[int | None]) -> int | None:
 def normalize(record: CanonicalTrajectory) -> CanonicalTrajectory:
     """Fill derived fields in place (turns, rollups, content hash, id) and return the record."""
     messages = record.messages
+    _renumber_if_ambiguous(messages)
     assign_turns(messages)
     if record.content_hash is None:
         record.content_hash = content_hash(messages)

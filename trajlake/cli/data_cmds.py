@@ -46,6 +46,13 @@ from trajlake.schema import Stage
     "e-mail addresses become typed placeholders such as <SECRET:openai_key:1>).",
 )
 @click.option(
+    "--labels",
+    "labels",
+    multiple=True,
+    metavar="PATH",
+    help="Verifier outputs to attach after ingesting (as `trajlake label`), repeatable.",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
@@ -63,6 +70,7 @@ def ingest(
     strict: bool,
     batch_size: int,
     no_redact: bool,
+    labels: tuple[str, ...],
     workers: int | None,
     output: str,
 ) -> None:
@@ -81,6 +89,7 @@ def ingest(
         batch_size=batch_size,
         redact=not no_redact,
         workers=workers,
+        labels=list(labels) or None,
         progress=progress_for("bytes"),
     )
     make_output(output).ingest_report(report)

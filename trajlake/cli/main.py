@@ -18,6 +18,7 @@ from rich.logging import RichHandler
 import trajlake as tl
 from trajlake.cli.data_cmds import export_group, ingest, show, sql
 from trajlake.cli.demo_cmd import demo
+from trajlake.cli.label_cmd import label
 from trajlake.cli.lake_cmds import init, log_cmd, maintain, schema, tag, tags, validate
 from trajlake.cli.progress import stderr_console
 
@@ -93,7 +94,20 @@ def cli(ctx: click.Context, log_level: str, verbose: bool) -> None:
     ctx.call_on_close(lambda: _remove_handler(handler))
 
 
-for command in (demo, init, ingest, sql, show, log_cmd, tag, tags, validate, maintain, schema):
+for command in (
+    demo,
+    init,
+    ingest,
+    label,
+    sql,
+    show,
+    log_cmd,
+    tag,
+    tags,
+    validate,
+    maintain,
+    schema,
+):
     cli.add_command(command)
 cli.add_command(export_group)
 

@@ -104,6 +104,14 @@ class TextOutput(Output):
             self.line(f"  … and {more} more (see the quarantine table)")
         for skipped in report.files_skipped:
             self.line(Text(f"skipped (unknown format): {skipped}", style="dim"))
+        if report.redactions:
+            self.line(f"redacted {report.redactions} secret(s) (placeholders such as <SECRET:…>)")
+        if report.labels is not None:
+            labels = report.labels
+            self.line(
+                f"labels: {labels['added']} added, {labels['duplicates']} already there, "
+                f"{labels['matched']} matched, {labels['unmatched']} unmatched"
+            )
 
     def query_result(self, result: QueryResult, *, limit: int) -> None:
         data = result.to_arrow()

@@ -4,18 +4,23 @@ from trajlake.ingest._adapter import Adapter, BadRecord, ParsedTrajectory
 from trajlake.ingest._pipeline import IngestOptions, IngestReport, ingest
 from trajlake.ingest._registry import adapters, detect, format_names, get_adapter
 from trajlake.ingest._sources import SourceFile, expand_sources
+from trajlake.ingest.labels import LABEL_FORMATS, LabelReport, attach_labels, read_labels
 
 __all__ = [
+    "LABEL_FORMATS",
     "Adapter",
     "BadRecord",
     "IngestOptions",
     "IngestReport",
+    "LabelReport",
     "ParsedTrajectory",
     "SourceFile",
     "adapters",
+    "attach_labels",
     "detect",
     "expand_sources",
     "format_names",
     "get_adapter",
     "ingest",
+    "read_labels",
 ]

@@ -58,6 +58,8 @@ class IngestReport:
     snapshot_id: int | None = None
     commits: int = 0
     problems: list[str] = field(default_factory=list)
+    labels: dict[str, Any] | None = None
+    """The label report, when labels were attached in the same call."""
 
     @property
     def mb_per_s(self) -> float:
@@ -83,6 +85,7 @@ class IngestReport:
             "commits": self.commits,
             "ingest_id": self.ingest_id,
             "problems": self.problems[:20],
+            **({"labels": self.labels} if self.labels is not None else {}),
         }
 
 

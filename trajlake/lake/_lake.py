@@ -36,6 +36,7 @@ from trajlake.schema import SCHEMA_VERSION, TABLES, CanonicalTrajectory, Stage
 if TYPE_CHECKING:
     from trajlake.export.jsonl import ExportReport
     from trajlake.ingest import IngestReport
+    from trajlake.ingest.labels import LabelFormat, LabelReport
     from trajlake.lake._maintain import MaintenanceReport
     from trajlake.lake._validate import ValidationReport
     from trajlake.lake._writer import BufferedWriter
@@ -372,6 +373,7 @@ class Lake:
         batch_size: int = 1000,
         redact: bool = True,
         workers: int | None = None,
+        labels: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
         storage_options: Mapping[str, Any] | None = None,
         progress: Progress | None = None,
     ) -> IngestReport:
@@ -385,6 +387,8 @@ class Lake:
             batch_size: trajectories per commit (memory stays bounded by it).
             redact: replace secrets with typed placeholders (`<SECRET:openai_key:1>`).
             workers: parsing processes for big inputs (None: one per core).
+            labels: verifier outputs to attach right after (see `label`); the label report
+                is in `IngestReport.labels`.
             storage_options: fsspec options for remote inputs.
             progress: receives progress (bytes read).
         """
@@ -400,13 +404,38 @@ class Lake:
             redact=redact,
             workers=workers,
         )
-        return ingest(
+        report = ingest(
             self,
             [os.fspath(i) for i in items],
             format=format,
             options=options,
             storage_options=storage_options,
             progress=progress,
+        )
+        if labels is not None:
+            report.labels = self.label(
+                labels, run_id=run_id, storage_options=storage_options
+            ).to_dict()
+            report.snapshot_id = report.labels["snapshot"]
+        return report
+
+    def label(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        format: LabelFormat = "auto",
+        run_id: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> LabelReport:
+        """Attach verifier outcomes (SWE-bench, sb-cli, Terminal-Bench, CSV/JSONL) as labels.
+
+        Labels match trajectories by id, else by task id + run id; the `outcomes` view gives
+        each trajectory's effective outcome. Re-labelling with the same files adds nothing.
+        """
+        from trajlake.ingest.labels import attach_labels
+
+        return attach_labels(
+            self, paths, format=format, run_id=run_id, storage_options=storage_options
         )
 
     def writer(self, *, max_trajectories: int = 256, max_seconds: float = 5.0) -> BufferedWriter:

@@ -1,0 +1,33 @@
+"""`trajlake export atif`: trajectories as Harbor ATIF files (a member of the `export` group)."""
+
+from __future__ import annotations
+
+import click
+
+from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
+from trajlake.cli.output import make_output
+from trajlake.cli.progress import progress_for
+
+
+@click.command("atif")
+@click.argument("out", metavar="OUT")
+@lake_options
+@at_option
+@click.option(
+    "--where",
+    default=None,
+    metavar="SQL",
+    help="SQL condition on the trajectories table, e.g. \"resolved AND stage = 'eval'\".",
+)
+@output_option()
+def atif(out: str, lake: LakeSpec, at: str | None, where: str | None, output: str) -> None:
+    """Write Harbor ATIF v1.6 to OUT: a directory of <trajectory_id>.json files, or, when OUT
+    ends in .jsonl (.gz/.zst compress), one ATIF object per line.
+
+    Fields ATIF has no place for (task, outcome, attrs) travel under extra.trajlake, so the
+    files ingest back (`trajlake ingest --format atif`) as the same trajectories.
+    """
+    from trajlake.export.atif import export_atif
+
+    report = export_atif(lake.open(), out, at=at, where=where, progress=progress_for("items"))
+    make_output(output).export(report)

@@ -1,0 +1,211 @@
+"""OpenAI chat conversations as JSONL: `{messages, tools?, metadata?, ...}` per line.
+
+Covers plain chat-format dumps and the Hugging Face `microsoft/Orchard` layout, whose `tools`
+and `metadata` columns are JSON strings (objects are accepted too). `metadata.instance_id` or
+`task_id` names the task; `verify_status` (booleans or resolved/unresolved, success/failure,
+pass/fail, true/false), else `resolved`, is the verdict and `reward` the scalar reward; every
+other metadata key is kept in `attrs`, so `json_extract_string(attrs, '$.rollout_id')` works.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import IO, Any, ClassVar
+
+from pydantic import ValidationError
+
+from trajlake.ingest._adapter import (
+    BadRecord,
+    Parsed,
+    ParsedTrajectory,
+    bad_from_validation,
+    bounded,
+    iter_json_lines,
+    stable_id,
+)
+from trajlake.ingest._openai_messages_parts import (
+    as_bool,
+    as_number,
+    chat_message,
+    drop_none,
+    first_str,
+    map_status,
+    maybe_json,
+    media_part,
+    name_tool_results,
+)
+from trajlake.ingest._sources import SourceFile
+from trajlake.schema import CanonicalTrajectory, Message
+
+_CANONICAL_KEYS = frozenset(CanonicalTrajectory.model_fields)
+# Keys only a canonical message has: their presence means the line is trajlake's own JSONL.
+_CANONICAL_MESSAGE_KEYS = frozenset(Message.model_fields) - {
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "reasoning",
+}
+_ID_KEYS = ("rollout_id", "trajectory_id", "traj_id", "session_id", "conversation_id", "uuid", "id")
+_TASK_KEYS = ("instance_id", "task_id")
+_MODEL_KEYS = ("policy_model", "model", "model_name")
+_VERDICT_KEYS = ("verify_status", "resolved")
+_LINE_KEYS = frozenset({"messages", "tools", "metadata", "images"})
+
+
+def _looks_like_chat(obj: Any) -> bool:
+    if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
+        return False
+    messages = obj["messages"][:50]
+    return bool(messages) and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages
+    )
+
+
+def _canonical_shaped(obj: dict[str, Any]) -> bool:
+    """A trajlake canonical line: canonical keys with an id or provenance, and no metadata."""
+    keys = set(obj)
+    if "metadata" in keys:
+        return False
+    if keys <= _CANONICAL_KEYS and ("trajectory_id" in keys or "source_format" in keys):
+        return True
+    for m in obj["messages"]:
+        if _CANONICAL_MESSAGE_KEYS & set(m):
+            return True
+        for call in m.get("tool_calls") or ():
+            if isinstance(call, dict) and "name" in call and "function" not in call:
+                return True
+    return False
+
+
+class OpenAIMessagesAdapter:
+    """Reads one OpenAI chat conversation per JSONL line (Orchard included)."""
+
+    name: ClassVar[str] = "openai-messages"
+    description: ClassVar[str] = (
+        "*.jsonl — OpenAI chat conversations {messages, tools, metadata} per line "
+        "(Hugging Face microsoft/Orchard layout included)"
+    )
+
+    def sniff(self, source: SourceFile, head: bytes) -> float:
+        """Sure when the first line is a chat conversation that is not a canonical line."""
+        first, newline, _ = head.lstrip().partition(b"\n")
+        try:
+            obj = json.loads(first)
+        except ValueError:
+            # A first line longer than the sniffed head: judge by how it starts.
+            starts = first.startswith((b'{"messages"', b'{"tools"', b'{"metadata"'))
+            return 0.6 if starts and not newline and b'"role"' in first else 0.0
+        if not _looks_like_chat(obj) or _canonical_shaped(obj):
+            return 0.0
+        return 1.0 if "metadata" in obj else 0.9
+
+    def read(self, source: SourceFile, stream: IO[bytes]) -> Iterator[Parsed]:
+        """One trajectory per line; a line that does not map or validate becomes a BadRecord."""
+        for line, offset, raw, value in iter_json_lines(stream):
+            if isinstance(value, BadRecord):
+                yield value
+                continue
+            kept, size = bounded(raw)
+            try:
+                record = _record(value)
+            except (ValueError, TypeError) as e:
+                yield BadRecord(str(e), line, offset, None, kept, size)
+                continue
+            try:
+                parsed = CanonicalTrajectory.model_validate(record)
+            except ValidationError as e:
+                yield bad_from_validation(e, line=line, offset=offset, raw=kept, raw_size=size)
+                continue
+            yield ParsedTrajectory(parsed, line=line, offset=offset)
+
+
+def _decoded(obj: Mapping[str, Any], key: str, kind: type) -> Any:
+    try:
+        value = maybe_json(obj.get(key))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"field {key!r}: not valid JSON ({e.msg})") from None
+    if value is not None and not isinstance(value, kind):
+        raise ValueError(f"field {key!r}: expected a JSON {kind.__name__}")
+    return value
+
+
+def _outcome(metadata: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """resolved / reward / outcome_source from the verdict keys (metadata first, then top level)."""
+    out: dict[str, Any] = {}
+    for where, holder in (("metadata", metadata), ("", top)):
+        for key in _VERDICT_KEYS:
+            verdict = as_bool(holder.get(key))
+            if verdict is not None and "resolved" not in out:
+                out["resolved"] = verdict
+                out["outcome_source"] = f"{where}.{key}" if where else key
+        reward = as_number(holder.get("reward"))
+        if reward is not None and "reward" not in out:
+            out["reward"] = reward
+            out.setdefault("outcome_source", f"{where}.reward" if where else "reward")
+    return out
+
+
+def _attach_images(messages: list[dict[str, Any]], images: Any) -> None:
+    """Top-level `images` (Orchard gui screenshots) as parts of the last user message.
+
+    Payloads are never stored: bytes become `data-sha256:` references, paths stay paths.
+    """
+    if not isinstance(images, list) or not images:
+        return
+    parts = []
+    for image in images:
+        if isinstance(image, Mapping) and isinstance(image.get("bytes"), str):
+            parts.append(media_part("image", {"data": image["bytes"]}))
+        else:
+            parts.append(media_part("image", image))
+    users = [m for m in messages if m.get("role") == "user"]
+    if not users:
+        raise ValueError("field 'images': no user message to attach the images to")
+    target = users[-1]
+    text = target.get("content")
+    prefix = [{"type": "text", "text": text}] if isinstance(text, str) else []
+    target["parts"] = [*(target.get("parts") or prefix), *parts]
+
+
+def _record(obj: Any) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise TypeError(f"expected a JSON object, got {type(obj).__name__}")
+    if not isinstance(obj.get("messages"), list):
+        raise ValueError("field 'messages': expected a list of chat messages")
+    metadata = _decoded(obj, "metadata", dict) or {}
+    tools = _decoded(obj, "tools", list)
+    messages = [chat_message(m) for m in obj["messages"]]
+    name_tool_results(messages)
+    _attach_images(messages, obj.get("images"))
+    top = {k: v for k, v in obj.items() if k not in _LINE_KEYS}
+    outcome = _outcome(metadata, top)
+    task_id = first_str(metadata.get(k) for k in _TASK_KEYS) or first_str(
+        top.get(k) for k in _TASK_KEYS
+    )
+    status_text = metadata.get("status", top.get("status"))
+    # Every key is kept, mapped or not: attrs stays a faithful copy of the source's metadata.
+    attrs = {**top, **metadata}
+    ident = first_str(str(attrs[k]) for k in _ID_KEYS if attrs.get(k) is not None)
+    if ident is not None:
+        trajectory_id = stable_id("openai-messages", task_id, ident)
+    else:
+        # No id of its own: the content decides (formatting-independent, location-free).
+        canonical = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
+        trajectory_id = stable_id("openai-messages", canonical)
+    return drop_none(
+        {
+            "trajectory_id": trajectory_id,
+            "task_id": task_id,
+            "policy_model": first_str(metadata.get(k) for k in _MODEL_KEYS),
+            "run_id": first_str([metadata.get("run_id")]),
+            "status": map_status(status_text),
+            "exit_reason": status_text if isinstance(status_text, str) else None,
+            **outcome,
+            "tools": tools,
+            "attrs": attrs or None,
+            "messages": messages,
+        }
+    )
