@@ -108,6 +108,10 @@ def normalize(record: CanonicalTrajectory) -> CanonicalTrajectory:
         record.prompt_tokens = _sum_or_none(m.prompt_tokens for m in assistant)
     if record.completion_tokens is None:
         record.completion_tokens = _sum_or_none(m.completion_tokens for m in assistant)
+    if record.cached_tokens is None:
+        record.cached_tokens = _sum_or_none(m.cached_tokens for m in assistant)
+    if record.reasoning_tokens is None:
+        record.reasoning_tokens = _sum_or_none(m.reasoning_tokens for m in assistant)
     if record.total_tokens is None and record.prompt_tokens is not None:
         record.total_tokens = record.prompt_tokens + (record.completion_tokens or 0)
     return record

@@ -128,6 +128,8 @@ class Trajectory(_Record):
     prompt_tokens: int | None = Field(None, description="Input tokens over all calls.")
     completion_tokens: int | None = Field(None, description="Output tokens over all calls.")
     total_tokens: int | None = Field(None, description="Total tokens over all calls.")
+    cached_tokens: int | None = Field(None, description="Cached input tokens over all calls.")
+    reasoning_tokens: int | None = Field(None, description="Reasoning tokens over all calls.")
     cost_usd: float | None = Field(None, description="Cost reported by the harness.")
     tools: Annotated[list[dict[str, Any]] | None, JsonColumn()] = Field(
         None, description="Tool definitions (JSON schemas) offered to the policy."

@@ -18,6 +18,7 @@ import trajlake as tl
 from trajlake.export.atif import export_atif, to_atif
 from trajlake.export.jsonl import read_canonical
 from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile
+from trajlake.ingest._registry import detect
 from trajlake.ingest._sources import expand_sources, read_head
 from trajlake.ingest.atif import AtifAdapter
 from trajlake.records import normalize
@@ -241,6 +242,16 @@ def test_sniff_is_specific(tmp_path: Path) -> None:
     ]
     for other in others:
         assert adapter.sniff(other, read_head(other)) == 0.0, other.uri
+
+
+def test_canonical_lines_of_atif_imports_stay_canonical(lake: tl.Lake, tmp_path: Path) -> None:
+    lake.ingest(_write(tmp_path / "trajectory.json", STOCKS))
+    out = tmp_path / "canonical.jsonl"
+    lake.export_jsonl(str(out))
+    assert '"schema_version": "ATIF-v1.4"' in out.read_text()  # in attrs, not at the top
+    source = SourceFile(str(out), os.path.getsize(out))
+    assert AtifAdapter().sniff(source, read_head(source)) == 0.0
+    assert detect(source).name == "canonical"
 
 
 _FIELDS = (

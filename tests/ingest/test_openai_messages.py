@@ -308,6 +308,17 @@ def test_sniff_leaves_canonical_lines_and_other_formats_alone(
         assert adapter.sniff(other, read_head(other)) < 0.5, other.uri
 
 
+def test_lines_longer_than_the_sniffed_head(tmp_path: Path) -> None:
+    line = swe_line(0, True)
+    line["messages"][3]["content"] = "x" * 70_000  # a long tool output, as in real SWE rows
+    path = _write(tmp_path / "long.jsonl", [line])
+    source = SourceFile(str(path), os.path.getsize(path))
+    assert OpenAIMessagesAdapter().sniff(source, read_head(source)) == 0.6
+    assert detect(source).name == "openai-messages"
+    (record,) = _records(path)
+    assert record.messages[3].content == "x" * 70_000
+
+
 def test_ingest_and_query_attrs(lake: tl.Lake, tmp_path: Path) -> None:
     lines = [swe_line(i, v) for i, (v, _) in enumerate(VERDICTS)] + [gui_line()]
     path = _write(tmp_path / "orchard.jsonl", lines)

@@ -53,7 +53,8 @@ class Adapter(Protocol):
     description: ClassVar[str]
     """File pattern and source tool, for docs and error messages."""
     # Optional: `line_records: ClassVar[bool] = True` when every line is one whole record,
-    # so big plain files may be split into line-aligned chunks parsed in parallel.
+    # so big plain files may be split into line-aligned chunks parsed in parallel; or a method
+    # `line_records(source) -> bool` when that depends on the file.
 
     def sniff(self, source: SourceFile, head: bytes) -> float:
         """Confidence in [0, 1] that the file is in this format, from its first bytes."""

@@ -128,6 +128,13 @@ def _usage_fields(event: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+def _find(calls: list[Mapping[str, Any]], used: set[int], start: int, key: str) -> int | None:
+    for i in range(start, len(calls)):
+        if i not in used and _key(_choice_message(calls[i])) == key:
+            return i
+    return None
+
+
 def attach_usage(
     originals: list[Any], messages: list[dict[str, Any]], events: Iterable[Any]
 ) -> int:
@@ -141,29 +148,25 @@ def attach_usage(
         for e in events
         if isinstance(e, Mapping) and e.get("event") == "model" and e.get("output")
     ]
-    by_id = {_choice_message(e).get("id"): e for e in calls if _choice_message(e).get("id")}
+    by_id = {_choice_message(e).get("id"): i for i, e in enumerate(calls)}
+    by_id.pop(None, None)
     used: set[int] = set()
-    matched = 0
     position = 0
     for original, message in zip(originals, messages, strict=True):
         if message.get("role") != "assistant" or not isinstance(original, Mapping):
             continue
-        event = by_id.get(original.get("id")) if original.get("id") else None
-        if event is None:
-            key = _key(original)
-            for i in range(position, len(calls)):
-                if i not in used and _key(_choice_message(calls[i])) == key:
-                    event, position = calls[i], i + 1
-                    break
-        if event is None:
-            continue
-        used.add(calls.index(event))
-        fields = _usage_fields(event)
+        index = by_id.get(original.get("id")) if original.get("id") else None
+        if index is None:
+            index = _find(calls, used, position, _key(original))
+            if index is None:
+                continue
+            position = index + 1
+        used.add(index)
+        fields = _usage_fields(calls[index])
         if message.get("model"):
             fields.pop("model", None)
         message.update(fields)
-        matched += 1
-    return matched
+    return len(used)
 
 
 def score_number(value: Any) -> float | None:

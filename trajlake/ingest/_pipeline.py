@@ -224,7 +224,10 @@ def _line_chunks(source: SourceFile, chunk_bytes: int) -> list[tuple[int, int, i
 def _tasks(plan: Sequence[tuple[SourceFile, Adapter]], chunk_bytes: int) -> list[ParseTask]:
     tasks = []
     for source, adapter in plan:
-        splittable = getattr(adapter, "line_records", False) and "://" not in source.uri
+        line_records = getattr(adapter, "line_records", False)
+        if callable(line_records):  # per file: e.g. JSONL outputs vs whole-JSON event lists
+            line_records = line_records(source)
+        splittable = bool(line_records) and "://" not in source.uri
         big = (source.size or 0) > chunk_bytes and not source.is_compressed
         base = ParseTask(source.uri, source.size, source.storage_options, adapter.name)
         if not (splittable and big):

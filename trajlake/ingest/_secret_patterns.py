@@ -33,6 +33,7 @@ _PLACEHOLDER_WORDS = frozenset(
         "undefined", "required", "optional", "str", "string", "bytes", "int", "env", "default",
         "empty", "value", "key", "apikey", "api_key", "test", "testing", "todo", "tbd", "n/a",
         "hidden", "masked", "sensitive", "redacted", "changeme", "placeholder", "dummy", "sample",
+        "pass", "pwd", "pw", "foo", "bar", "baz",
     )
 )  # fmt: skip
 _PLACEHOLDER_PARTS = (
@@ -321,13 +322,37 @@ def _kv_value(text: str, pos: int, quote: str | None) -> tuple[int, int] | None:
     return pos, m.end()
 
 
-def _looks_secret(value: str) -> bool:
-    """For code and prose (`password: str`, `token: it is`): a literal that looks random."""
-    if len(value) < 6 or (_IDENTIFIER.fullmatch(value) and not any(c.isdigit() for c in value)):
+# Values that name something rather than hold a secret: `NextToken`, `hashedPassword`,
+# `THE_AWS_SECRET_ACCESS_KEY`, `s3.secret-access-key`, `no-password-required`.
+_NAMING = re.compile(
+    r"[a-z]+(?:[A-Z][a-z]*)+|(?:[A-Z][a-z]+){2,}|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+"
+    r"|[A-Za-z][a-z]{1,11}\d{0,2}(?:[-_.][A-Za-z][a-z]{1,11}\d{0,2})+"
+)
+
+
+def _value_is_secret(value: str, word: str, literal: bool, sep: str) -> bool:
+    """Whether the value of a secret-named key is a secret itself, not a name or a reference.
+
+    `literal` values (quoted, `ENV=value`, `--flag=value`, `?query=value`) are taken as written;
+    others (code, YAML, prose: `token = get_token`, `password: str`) must look random.
+    """
+    if len(value) < 4 or is_placeholder(value) or _NAMING.fullmatch(value):
         return False
-    if value.isdigit() or "://" in value:
+    if (
+        any(c.isspace() for c in value)
+        or "://" in value
+        or value.startswith(("arn:", "/", "~", "."))
+    ):
         return False
-    return char_classes(value) >= 2
+    if not literal:
+        if len(value) < 6 or value.isdigit() or char_classes(value) < 2:
+            return False
+        # `secret_key = s3_connection` is code; `password: hunter2` is YAML.
+        if _IDENTIFIER.fullmatch(value) and (sep != ":" or not any(c.isdigit() for c in value)):
+            return False
+    if not word.startswith(("pass", "pwd")) and value.isalpha():
+        return False  # keys and tokens are random strings, never a plain word
+    return "token" not in word or (len(value) >= 8 and char_classes(value) >= 2)
 
 
 def _find_key_values(text: str) -> Iterator[Span]:
@@ -352,20 +377,18 @@ def _find_key_values(text: str) -> Iterator[Span]:
         if found is None or name.lstrip("-") in _NOT_SECRET_NAMES:
             continue
         start, end = found
-        value = text[start:end]
-        literal = bool(quote) or name.startswith("-") or (sep == "=" and name == name.upper())
+        literal = (
+            bool(quote)
+            or name.startswith("-")
+            or text[name_start - 1 : name_start] in ("?", "&")
+            or (sep == "=" and name == name.upper())
+        )
         if not literal:
-            value = value.rstrip(".")
-            end = start + len(value)
-            if not _looks_secret(value):
-                continue
+            end = start + len(text[start:end].rstrip("."))
+        value = text[start:end]
         word = text[word_start : m.end()].lower()
-        if (
-            len(value) < 4
-            or is_placeholder(value)
-            or value.lower() == name.lstrip("-").lower()
-            or value[0] in "/~."
-            or ("token" in word and (len(value) < 8 or char_classes(value) < 2))
+        if value.lower() == name.lstrip("-").lower() or not _value_is_secret(
+            value, word, literal, sep
         ):
             continue
         upper = name.upper()

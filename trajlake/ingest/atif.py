@@ -49,7 +49,7 @@ RAW_ARGUMENTS = "_raw_arguments"
 """ATIF arguments must be an object: non-JSON-object arguments travel as `{RAW_ARGUMENTS: text}`."""
 
 _VERSION = re.compile(r"^ATIF-v1\.\d+$")
-_HEAD = re.compile(rb'"schema_version"\s*:\s*"ATIF-v\d')
+_HEAD = re.compile(rb'\s*\{\s*"schema_version"\s*:\s*"ATIF-v\d')
 _RESTORED = frozenset(
     {"trajectory_id", "task_id", "task_source", "harness", "harness_version", "policy_model"}
     | {"generation", "run_id", "stage", "group_id", "attempt", "parent_trajectory_id"}
@@ -70,10 +70,18 @@ class AtifAdapter:
     )
 
     def sniff(self, source: SourceFile, head: bytes) -> float:
-        """Sure when an object opens with an ATIF `schema_version` near the start."""
-        if not head.lstrip().startswith(b"{"):
-            return 0.0
-        return 1.0 if _HEAD.search(head[:4096]) else 0.0
+        """Sure when the object's own `schema_version` (not a nested one) says ATIF."""
+        if _HEAD.match(head):
+            return 1.0  # Harbor and trajlake write schema_version first
+        first = head.lstrip().partition(b"\n")[0]
+        for candidate in (first, head):
+            try:
+                obj = json.loads(candidate)
+            except ValueError:
+                continue
+            version = obj.get("schema_version") if isinstance(obj, dict) else None
+            return 1.0 if isinstance(version, str) and version.startswith("ATIF-v") else 0.0
+        return 0.0
 
     def read(self, source: SourceFile, stream: IO[bytes]) -> Iterator[Parsed]:
         """One trajectory per file (or per line of an ATIF JSONL file)."""

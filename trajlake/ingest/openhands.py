@@ -291,6 +291,10 @@ class OpenHandsAdapter:
         resolver_like = b'"issue"' in first and b'"history"' in first and b'"issue_type"' in first
         return 0.9 if eval_like or resolver_like else 0.0
 
+    def line_records(self, source: SourceFile) -> bool:
+        """Eval and resolver outputs (`*.jsonl`) hold one whole record per line."""
+        return source.name.endswith(".jsonl")
+
     def companion_of(self, source: SourceFile, all_uris: frozenset[str]) -> str | None:
         """`sessions/<id>/events/<n>.json` is read by `sessions/<id>/metadata.json`."""
         if _EVENT_FILE.search(source.uri) is None:
