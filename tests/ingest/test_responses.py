@@ -135,7 +135,7 @@ def test_shaped_rewards_give_no_resolved() -> None:
         f"reward_components.{k}": v for k, v in row["reward_components"].items()
     }
     assert multi[0].attempt == row["_ng_rollout_index"]
-    assert multi[0].task_id == str(row["_ng_task_index"])
+    assert multi[0].task_id == f"example_tool_call_multireward/{row['_ng_task_index']}"
     # reasoning + call, then the answer after the tool's output: two model turns.
     first, second = [m for m in multi[0].messages if m.role == "assistant"]
     assert first.tool_calls is not None and first.content is None and second.tool_calls is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -58,7 +59,7 @@ def test_rewriting_the_same_records_adds_nothing(lake: tl.Lake) -> None:
     assert not problems and len(ids) == 8
 
 
-def test_same_rollout_under_another_id_is_stored_once(lake: tl.Lake) -> None:
+def _same_rollout_twice() -> tuple[dict[str, Any], dict[str, Any]]:
     original = sample_trajectory(0, turns=3)
     copy = sample_trajectory(0, turns=3)
     copy["trajectory_id"] = "same-rollout-other-source"
@@ -67,8 +68,26 @@ def test_same_rollout_under_another_id_is_stored_once(lake: tl.Lake) -> None:
     for m in copy["messages"]:
         m["timestamp"] = None
         m["prompt_tokens"] = None
-    first = lake.write([original])
+    return original, copy
+
+
+def test_same_content_under_another_id_is_kept_and_listed_by_default(lake: tl.Lake) -> None:
+    # Distinct samples can share their text (short answers across epochs or models): by
+    # default both are kept, and the `duplicates` view shows the group.
+    original, copy = _same_rollout_twice()
+    lake.write([original])
     second = lake.write([copy])
+    assert second.added["trajectories"] == 1
+    groups = lake.sql("SELECT copies, trajectory_ids FROM duplicates").to_dicts()
+    assert groups == [
+        {"copies": 2, "trajectory_ids": sorted([original["trajectory_id"], copy["trajectory_id"]])}
+    ]
+
+
+def test_same_rollout_under_another_id_is_stored_once_on_request(lake: tl.Lake) -> None:
+    original, copy = _same_rollout_twice()
+    first = lake.write([original], dedupe_content=True)
+    second = lake.write([copy], dedupe_content=True)
     assert first.added["trajectories"] == 1
     assert second.added == {"trajectories": 0, "messages": 0}
     assert second.duplicates["trajectories"] == 1
@@ -83,7 +102,7 @@ def test_same_rollout_under_another_id_is_stored_once(lake: tl.Lake) -> None:
     changed = sample_trajectory(0, turns=3)
     changed["trajectory_id"] = "edited"
     changed["messages"][-1]["content"] += " (edited)"
-    result = lake.write([other, twin, changed])
+    result = lake.write([other, twin, changed], dedupe_content=True)
     assert result.added["trajectories"] == 2
     assert result.duplicates["trajectories"] == 1
     ids, problems = snapshot_contents(lake, None)

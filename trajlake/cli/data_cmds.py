@@ -8,6 +8,7 @@ import click
 
 from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
 from trajlake.cli.output import make_output
+from trajlake.cli.export_atif_cmd import atif
 from trajlake.cli.progress import progress_for
 from trajlake.ingest import format_names
 from trajlake.schema import Stage
@@ -46,6 +47,12 @@ from trajlake.schema import Stage
     "e-mail addresses become typed placeholders such as <SECRET:openai_key:1>).",
 )
 @click.option(
+    "--dedupe-content",
+    is_flag=True,
+    help="Also skip trajectories whose content hash is already stored (the same rollout "
+    "read from two formats); see the `duplicates` view.",
+)
+@click.option(
     "--labels",
     "labels",
     multiple=True,
@@ -70,6 +77,7 @@ def ingest(
     strict: bool,
     batch_size: int,
     no_redact: bool,
+    dedupe_content: bool,
     labels: tuple[str, ...],
     workers: int | None,
     output: str,
@@ -88,6 +96,7 @@ def ingest(
         strict=strict,
         batch_size=batch_size,
         redact=not no_redact,
+        dedupe_content=dedupe_content,
         workers=workers,
         labels=list(labels) or None,
         progress=progress_for("bytes"),
@@ -168,3 +177,6 @@ def export_jsonl_cmd(
     """
     report = lake.open().export_jsonl(out, at=at, where=where, progress=progress_for("items"))
     make_output(output).export(report)
+
+
+export_group.add_command(atif)

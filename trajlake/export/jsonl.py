@@ -75,18 +75,23 @@ def _id_chunks(
         for i in range(0, len(ids), _CHUNK):
             yield list(ids[i : i + _CHUNK])
         return
-    condition = f"WHERE {where}" if where else ""
-    query = f"SELECT trajectory_id FROM trajectories {condition} ORDER BY trajectory_id"
-    session.check_read_only(query)
-    # A cursor of its own: the chunk queries run on the session while ids are still streaming.
-    cursor = session.connection.cursor()
-    try:
-        for batch in cursor.sql(query).to_arrow_reader(_CHUNK):
-            chunk = batch.column(0).to_pylist()
-            if chunk:
-                yield chunk
-    finally:
-        cursor.close()
+    condition = f"({where})" if where else "TRUE"
+    session.check_read_only(f"SELECT 1 FROM trajectories WHERE {condition}")
+    # Keyset pagination: each page is a fresh query, so the chunk queries in between run on
+    # the same session, and memory holds one page of ids.
+    last: str | None = None
+    while True:
+        after = "" if last is None else "AND trajectory_id > $last"
+        page = session.connection.execute(
+            f"SELECT trajectory_id FROM trajectories WHERE {condition} {after} "
+            f"ORDER BY trajectory_id LIMIT {_CHUNK}",
+            {} if last is None else {"last": last},
+        ).fetchall()
+        if not page:
+            return
+        chunk = [row[0] for row in page]
+        yield chunk
+        last = chunk[-1]
 
 
 def iter_canonical(

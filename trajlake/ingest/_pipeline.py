@@ -103,6 +103,8 @@ class IngestOptions:
     """Also commit once this much Arrow data is pending (long trajectories are big)."""
     redact: bool = True
     """Replace secrets with typed placeholders (trajlake.ingest.redact)."""
+    dedupe_content: bool = False
+    """Also skip trajectories whose content hash is stored (one rollout from two sources)."""
     workers: int | None = None
     """Parsing processes (None: one per core); small inputs are parsed in-process."""
     parallel_min_bytes: int = 64 * 1024 * 1024
@@ -114,11 +116,12 @@ class IngestOptions:
 class _Committer:
     """Collects parsed chunks and commits them in batches of `batch_size` trajectories."""
 
-    def __init__(self, lake: Lake, report: IngestReport, batch_size: int, batch_bytes: int) -> None:
+    def __init__(self, lake: Lake, report: IngestReport, options: IngestOptions) -> None:
         self.lake = lake
+        self.options = options
         self.report = report
-        self.batch_size = batch_size
-        self.batch_bytes = batch_bytes
+        self.batch_size = options.batch_size
+        self.batch_bytes = options.batch_bytes
         self.pending: dict[str, list[pa.Table]] = {}
         self.trajectories = 0
 
@@ -152,7 +155,12 @@ class _Committer:
 
     def _commit(self, tables: dict[str, pa.Table]) -> None:
         summary = {"ingest_id": self.report.ingest_id, "source_files": self.report.files}
-        result = self.lake.commit(tables, operation="ingest", summary=summary)
+        result = self.lake.commit(
+            tables,
+            operation="ingest",
+            summary=summary,
+            dedupe_content=self.options.dedupe_content,
+        )
         self.report.added += result.added.get("trajectories", 0)
         self.report.duplicates += result.duplicates.get("trajectories", 0)
         self.report.snapshot_id = result.snapshot_id
@@ -293,7 +301,7 @@ def ingest(
     workers = options.workers or os.cpu_count() or 1
     if report.bytes_read < options.parallel_min_bytes:
         workers = 1
-    committer = _Committer(lake, report, options.batch_size, options.batch_bytes)
+    committer = _Committer(lake, report, options)
     progress.start("ingest", float(report.bytes_read))
     try:
         for task, chunk in _run_tasks(tasks, stamp, workers):

@@ -326,8 +326,21 @@ def _kv_value(text: str, pos: int, quote: str | None) -> tuple[int, int] | None:
 # `THE_AWS_SECRET_ACCESS_KEY`, `s3.secret-access-key`, `no-password-required`.
 _NAMING = re.compile(
     r"[a-z]+(?:[A-Z][a-z]*)+|(?:[A-Z][a-z]+){2,}|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+"
-    r"|[A-Za-z][a-z]{1,11}\d{0,2}(?:[-_.][A-Za-z][a-z]{1,11}\d{0,2})+"
+    r"|[A-Za-z][a-z]{0,11}\d{0,2}(?:[-_.][A-Za-z][a-z]{0,11}\d{0,2})+"
+    r"|[A-Za-z_]+(?:\.[A-Za-z_]+)+"
 )
+# Tokens that only order or deduplicate requests (`NextToken`, `ClientRequestToken`).
+_NOT_SECRET_TOKENS = re.compile(
+    r"(?i)(?:next|page|pagination|continuation|forward|backward|start|starting|sync|lock|change"
+    r"|request|idempotency|cancel|resume)[_\-]?token$"
+)
+
+
+def _random_enough(value: str) -> bool:
+    digits = sum(c.isdigit() for c in value)
+    return len(value) >= 16 and (
+        char_classes(value) >= 3 or (digits >= 4 and len(value) - digits >= 4 and "_" not in value)
+    )
 
 
 def _value_is_secret(value: str, word: str, literal: bool, sep: str) -> bool:
@@ -338,6 +351,8 @@ def _value_is_secret(value: str, word: str, literal: bool, sep: str) -> bool:
     """
     if len(value) < 4 or is_placeholder(value) or _NAMING.fullmatch(value):
         return False
+    if value[0] == "!" and value[1:].isalpha():
+        return False  # a YAML tag: `password: !vault |`, `Password: !Ref DbPassword`
     if (
         any(c.isspace() for c in value)
         or "://" in value
@@ -347,8 +362,14 @@ def _value_is_secret(value: str, word: str, literal: bool, sep: str) -> bool:
     if not literal:
         if len(value) < 6 or value.isdigit() or char_classes(value) < 2:
             return False
-        # `secret_key = s3_connection` is code; `password: hunter2` is YAML.
-        if _IDENTIFIER.fullmatch(value) and (sep != ":" or not any(c.isdigit() for c in value)):
+        # `secret_key = s3_connection` is code; `password: hunter2` is YAML; `_authToken=dDy…`
+        # in .npmrc is random enough to be a value whatever the syntax.
+        code_like = sep != ":" or not any(c.isdigit() for c in value)
+        if (
+            code_like
+            and _IDENTIFIER.fullmatch(value)
+            and ("." in value or not _random_enough(value))
+        ):
             return False
     if not word.startswith(("pass", "pwd")) and value.isalpha():
         return False  # keys and tokens are random strings, never a plain word
@@ -374,7 +395,12 @@ def _find_key_values(text: str) -> Iterator[Span]:
         if sep == ":" and not key_quote and not quote and not text[m.end(2) : m.end()]:
             continue  # YAML wants a space after the colon; `user:pass` is not a key
         found = _kv_value(text, m.end(), quote)
-        if found is None or name.lstrip("-") in _NOT_SECRET_NAMES:
+        if (
+            found is None
+            or name.lstrip("-") in _NOT_SECRET_NAMES
+            or _NOT_SECRET_TOKENS.search(name)
+            or text[name_start - 2 : name_start] == "::"  # a type path: AWS::IAM::AccessKey
+        ):
             continue
         start, end = found
         literal = (
@@ -445,8 +471,9 @@ def _find_emails(text: str) -> Iterator[Span]:
         follow = text[m.end() : m.end() + 2]
         if not local or local in _NO_REPLY or domain.endswith(_EXAMPLE_DOMAINS):
             continue
-        if is_placeholder(text[start : m.end()]):  # user@your-domain.com
-            continue
+        labels = domain.split(".")
+        if local.startswith("your") or any(x == "example" or x.startswith("your") for x in labels):
+            continue  # you@your-domain.com, jane@mail.example
         if len(follow) == 2 and follow[0] == ":" and not follow[1].isspace():
             continue  # scp-like `user@host:path`, `git@github.com:org/repo`
         line_start = text.rfind("\n", 0, start) + 1

@@ -266,7 +266,16 @@ def _record(log: Mapping[str, Any], sample: Any) -> dict[str, Any]:
         raise ValueError("field 'messages': expected a list")
     messages = [inspect_message(m) for m in originals]
     events = [e for e in sample.get("events") or () if isinstance(e, Mapping)]
-    model_events = [resolve(e, attachments) for e in events if e.get("event") == "model"]
+    # Only what is read is resolved: a model event's `input` and raw `call` can be large.
+    model_events = [
+        {
+            **e,
+            "output": resolve(e.get("output"), attachments),
+            "tools": resolve(e.get("tools"), attachments),
+        }
+        for e in events
+        if e.get("event") == "model"
+    ]
     matched = attach_usage(originals, messages, model_events)
     sample_id, epoch = sample.get("id"), sample.get("epoch")
     task = eval_.get("task")

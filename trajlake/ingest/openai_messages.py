@@ -193,7 +193,8 @@ def _record(obj: Any) -> dict[str, Any]:
         trajectory_id = stable_id("openai-messages", task_id, ident)
     else:
         # No id of its own: the content decides (formatting-independent, location-free).
-        canonical = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str)
+        decoded = {**obj, "metadata": metadata or None, "tools": tools}
+        canonical = json.dumps(decoded, sort_keys=True, ensure_ascii=False, default=str)
         trajectory_id = stable_id("openai-messages", canonical)
     return drop_none(
         {

@@ -11,11 +11,12 @@ Outcome: `reward` is the scalar reward; `resolved` (reward == 1) is set only whe
 the file is 0 or 1 (a binary environment), found by a first pass over the file; shaped rewards
 (blackjack's -1/1, sokoban's 10/-2, a 0–2 multi-reward) carry no pass/fail verdict, and labelling
 only their wins would bias any selection on `resolved`. A stream that cannot be rewound is
-judged record by record (reward 0 or 1 → resolved). Other
-numeric environment keys (accuracy, f2p_passed, reward_components.* …) go to `rewards`, the
-rest to `attrs`. `response.usage` covers the whole rollout: it is put on the assistant message
-when there is exactly one, else kept as trajectory totals. The environment is the folder
-(`resources_servers/<env>/data/…`) and becomes `task_source`.
+judged record by record (reward 0 or 1 → resolved). Other numeric environment keys
+(set_overlap, f2p_passed, reward_components.* …) go to `rewards`; booleans, ids, counts and
+timings go to `attrs`. `response.usage` covers the whole rollout: it is put on the assistant
+message when there is exactly one, else kept as trajectory totals. The environment is the
+folder (`resources_servers/<env>/data/…`) and becomes `task_source`; a rollout without a
+`task_id` of its own gets `<env>/<_ng_task_index>`.
 """
 
 from __future__ import annotations
@@ -319,6 +320,13 @@ def _usage(outputs: list[dict[str, Any]], usage: Any) -> dict[str, Any]:
     return drop_none(totals | {"completion_tokens": counts["completion_tokens"]})
 
 
+def _indexed_task(env: str | None, index: Any) -> str | None:
+    """A task named by its index in the environment's dataset (`_ng_task_index`)."""
+    if not isinstance(index, int) or isinstance(index, bool):
+        return None
+    return f"{env}/{index}" if env else str(index)
+
+
 def _record(obj: Any, env: str | None, binary: bool | None) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise TypeError(f"expected a JSON object, got {type(obj).__name__}")
@@ -355,7 +363,7 @@ def _record(obj: Any, env: str | None, binary: bool | None) -> dict[str, Any]:
             "trajectory_id": stable_id(
                 "responses", *(ident or [json.dumps(obj, sort_keys=True, ensure_ascii=False)])
             ),
-            "task_id": task_id or (str(index) if isinstance(index, int) else None),
+            "task_id": task_id or _indexed_task(env, index),
             "task_source": env,
             "harness": first_str([agent.get("name")]),
             "policy_model": first_str([response.get("model"), params.get("model")]),

@@ -1,7 +1,15 @@
 """Idempotent appends: drop rows whose key the lake (or the same batch) already holds.
 
-Each table's key set is cached per process and extended with only the files a newer version
-added, so a small commit does not rescan the table; compaction triggers one full reload.
+Each table's stored keys are cached per process. A newer version is caught up by reading the
+Delta commits in between: only files added with data changes are read (compaction rewrites
+rows without changing them), and only a commit that removed data forces a full reload.
+
+Trajectories are unique by id. With `content=True` they are also unique by content hash
+(the same rollout read from two formats), which is opt-in: distinct samples can have the same
+text (short answers across epochs or models) and must not be lost by default; the
+`duplicates` view shows such groups. A trajectory's messages are written once, together:
+messages of a trajectory that already has messages stored are duplicates (keeping one id per
+trajectory rather than one key per message keeps the cache as small as the trajectories').
 """
 
 from __future__ import annotations
@@ -18,15 +26,12 @@ from trajlake.lake._storage import LakeLocation
 from trajlake.lake._tables import TableStore
 from trajlake.schema import PRIMARY_KEYS
 
-# trajectories are also unique by content: the same rollout arriving from two formats.
-# A trajectory's messages are written once, together: messages of a trajectory that already
-# has messages stored are duplicates (keeping one id per trajectory, not one per message,
-# keeps the in-memory key set as small as the trajectories').
-_UNIQUE: dict[str, tuple[tuple[str, ...], ...]] = {
+_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{t: (k,) for t, k in PRIMARY_KEYS.items() if t != "messages"},
     "trajectories": (("trajectory_id",), ("content_hash",)),
     "messages": (("trajectory_id",),),
 }
+"""Keys cached per table (content_hash is cached always, applied only on request)."""
 _GROUPED = {"messages": PRIMARY_KEYS["messages"]}
 """Tables whose stored key is a group: rows repeat it within a batch, the full key may not."""
 
@@ -34,7 +39,6 @@ _GROUPED = {"messages": PRIMARY_KEYS["messages"]}
 @dataclass
 class _KeySet:
     version: int = -1
-    files: set[str] = field(default_factory=set)
     keys: dict[tuple[str, ...], set[Any]] = field(default_factory=dict)
 
 
@@ -61,47 +65,51 @@ class KeyIndex:
         paths = [f.split("://", 1)[1] for f in files]
         return pq.read_table(paths, columns=columns, filesystem=fs)
 
+    def _add_files(self, table: str, current: _KeySet, files: list[str]) -> None:
+        if not files:
+            return
+        columns = sorted({c for key in _KEYS[table] for c in key})
+        data = self._read(files, columns)
+        for key in _KEYS[table]:
+            current.keys[key].update(_key_values(data, key))
+
     def _refresh(self, table: str, version: int) -> _KeySet:
         current = self._sets.get(table)
         if current is not None and current.version == version:
             return current  # nobody else committed to this table since we last looked
-        files = self._tables.files(table, version)
-        if current is None or not current.files.issubset(files):
-            current = _KeySet()  # compaction rewrote files: rebuild from scratch
-            self._sets[table] = current
-        new = [f for f in files if f not in current.files]
-        columns = sorted({c for key in _UNIQUE[table] for c in key})
-        if new:
-            data = self._read(new, columns)
-            for key in _UNIQUE[table]:
-                current.keys.setdefault(key, set()).update(_key_values(data, key))
-        for key in _UNIQUE[table]:
-            current.keys.setdefault(key, set())
-        current.files.update(new)
+        if current is not None and 0 <= current.version < version:
+            changes = self._tables.changes(table, current.version, version)
+            if changes is not None and not changes.data_removed:
+                uris = [self._tables.data_uri(table, p) for p in changes.data_added]
+                self._add_files(table, current, uris)
+                current.version = version
+                return current
+        current = _KeySet(keys={key: set() for key in _KEYS[table]})
+        self._add_files(table, current, self._tables.files(table, version))
         current.version = version
+        self._sets[table] = current
         return current
 
-    def dedupe(self, tables: Mapping[str, pa.Table], versions: Mapping[str, int]) -> DedupeResult:
+    def dedupe(
+        self, tables: Mapping[str, pa.Table], versions: Mapping[str, int], *, content: bool
+    ) -> DedupeResult:
         """Drop already-stored or repeated rows; messages follow their trajectories."""
         out: dict[str, pa.Table] = {}
         duplicates: dict[str, int] = {}
         for name, data in tables.items():
-            if name not in _UNIQUE or data.num_rows == 0:
+            if name not in _KEYS or data.num_rows == 0:
                 out[name] = data
                 continue
             stored = self._refresh(name, versions[name])
             if name in _GROUPED:
-                keep = _fresh_group_mask(data, _UNIQUE[name][0], _GROUPED[name], stored.keys)
+                keep = _fresh_groups(data, _KEYS[name][0], _GROUPED[name], stored.keys)
             else:
-                keep = _fresh_mask(data, _UNIQUE[name], stored.keys)
-            kept = data.filter(pa.array(keep, pa.bool_()))
-            duplicates[name] = data.num_rows - kept.num_rows
-            out[name] = kept
+                keys = _KEYS[name] if content or name != "trajectories" else _KEYS[name][:1]
+                keep = _fresh_mask(data, keys, stored.keys)
+            out[name] = data if keep is None else data.filter(keep)
+            duplicates[name] = data.num_rows - out[name].num_rows
         if "messages" in out and "trajectories" in tables:
-            ids = out["trajectories"].column("trajectory_id")
-            messages = out["messages"]
-            keep_messages = pc.is_in(messages.column("trajectory_id"), value_set=ids)
-            out["messages"] = messages.filter(keep_messages)
+            out["messages"] = _follow_trajectories(out["messages"], out["trajectories"])
             duplicates["messages"] = tables["messages"].num_rows - out["messages"].num_rows
         return DedupeResult(out, duplicates)
 
@@ -110,11 +118,10 @@ class KeyIndex:
     ) -> None:
         """Record a commit of ours (`before` → `after`), so the next one needs no re-read."""
         current = self._sets.get(table)
-        if table not in _UNIQUE or current is None or current.version != before:
+        if table not in _KEYS or current is None or current.version != before:
             return
-        for key in _UNIQUE[table]:
-            current.keys.setdefault(key, set()).update(_key_values(data, key))
-        current.files.update(files)
+        for key in _KEYS[table]:
+            current.keys[key].update(_key_values(data, key))
         # Only the version right after ours is fully known; a gap means a foreign commit.
         if after == before + 1:
             current.version = after
@@ -127,28 +134,47 @@ def _key_values(data: pa.Table, key: tuple[str, ...]) -> set[Any]:
     return {tuple(row) for row in zip(*columns, strict=True)}
 
 
-def _fresh_group_mask(
+def _follow_trajectories(messages: pa.Table, trajectories: pa.Table) -> pa.Table:
+    """Messages whose trajectory is in the batch (cheap when all of them are)."""
+    ids = trajectories.column("trajectory_id")
+    message_ids = pc.unique(messages.column("trajectory_id"))
+    if pc.all(pc.is_in(message_ids, value_set=ids)).as_py() is not False:
+        return messages
+    return messages.filter(pc.is_in(messages.column("trajectory_id"), value_set=ids))
+
+
+def _fresh_groups(
     data: pa.Table,
     group: tuple[str, ...],
     full_key: tuple[str, ...],
     stored: dict[tuple[str, ...], set[Any]],
-) -> list[bool]:
-    """True for rows whose group is not stored and whose full key is new in the batch."""
-    groups = data.column(group[0]).to_pylist()
-    keys = list(zip(*(data.column(c).to_pylist() for c in full_key), strict=True))
+) -> pa.Array | None:
+    """Rows whose group is not stored and whose full key is new in the batch (None: all).
+
+    The common case — new trajectories, no repeated keys — is decided on unique ids and one
+    group-by, without touching rows one by one.
+    """
+    ids = pc.unique(data.column(group[0])).to_pylist()
+    known = stored[group]
+    hit = any(i in known for i in ids)
+    counts = data.group_by(list(full_key)).aggregate([([], "count_all")])
+    repeated = counts.num_rows < data.num_rows
+    if not hit and not repeated:
+        return None
     seen: set[Any] = set()
     mask = []
+    groups = data.column(group[0]).to_pylist()
+    keys = zip(*(data.column(c).to_pylist() for c in full_key), strict=True)
     for g, k in zip(groups, keys, strict=True):
-        fresh = g not in stored[group] and k not in seen
+        mask.append(g not in known and k not in seen)
         seen.add(k)
-        mask.append(fresh)
-    return mask
+    return pa.array(mask, pa.bool_())
 
 
 def _fresh_mask(
     data: pa.Table, unique: tuple[tuple[str, ...], ...], stored: dict[tuple[str, ...], set[Any]]
-) -> list[bool]:
-    """True for rows none of whose unique keys is stored or seen earlier in the batch."""
+) -> pa.Array | None:
+    """Rows none of whose unique keys is stored or seen earlier in the batch (None: all)."""
     columns = {c: data.column(c).to_pylist() for key in unique for c in key}
     seen: dict[tuple[str, ...], set[Any]] = {key: set() for key in unique}
     mask = []
@@ -165,4 +191,4 @@ def _fresh_mask(
                 if value is not None:
                     seen[key].add(value)
         mask.append(fresh)
-    return mask
+    return None if all(mask) else pa.array(mask, pa.bool_())

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import duckdb
 import pyarrow as pa
 
 from trajlake._progress import Progress
@@ -158,6 +159,8 @@ class Lake:
         self._keys = KeyIndex(location, self._tables)
         self._commits_since_maintenance = 0
         self._maintenance_thread: threading.Thread | None = None
+        self._duckdb: duckdb.DuckDBPyConnection | None = None
+        self._duckdb_mutex = threading.Lock()
         _OPEN_LAKES.add(self)
 
     @classmethod
@@ -237,18 +240,21 @@ class Lake:
         *,
         operation: str = "append",
         summary: Mapping[str, Any] | None = None,
+        dedupe_content: bool = False,
     ) -> CommitResult:
         """Append rows to several tables in one snapshot: all of them become visible or none.
 
         Rows whose key is already stored are dropped (re-ingest is a no-op); messages follow
-        their trajectories. When nothing is new, no snapshot is created.
+        their trajectories. With `dedupe_content`, a trajectory whose content hash is already
+        stored is dropped too (the same rollout from another source). When nothing is new,
+        no snapshot is created.
         """
         # Every table is checked before anything is written: a bad one fails the whole commit.
         tables = {validate_table_name(n): check_schema(n, t) for n, t in tables.items()}
         commit_id = uuid.uuid4().hex
         with self._lock():
             head = self.recover(self._log.latest())
-            deduped = self._keys.dedupe(tables, head.tables)
+            deduped = self._keys.dedupe(tables, head.tables, content=dedupe_content)
             to_write = {n: t for n, t in deduped.tables.items() if t.num_rows}
             added = {n: t.num_rows for n, t in deduped.tables.items()}
             if not to_write:
@@ -353,13 +359,20 @@ class Lake:
         *,
         operation: str = "write",
         summary: Mapping[str, Any] | None = None,
+        dedupe_content: bool = False,
     ) -> CommitResult:
-        """Store canonical trajectories (records or dicts) with their messages in one commit."""
+        """Store canonical trajectories (records or dicts) with their messages in one commit.
+
+        With `dedupe_content`, trajectories whose content hash is already stored are skipped.
+        """
         records = [
             t if isinstance(t, CanonicalTrajectory) else CanonicalTrajectory.model_validate(t)
             for t in trajectories
         ]
-        return self.commit(trajectories_to_tables(records), operation=operation, summary=summary)
+        tables = trajectories_to_tables(records)
+        return self.commit(
+            tables, operation=operation, summary=summary, dedupe_content=dedupe_content
+        )
 
     def ingest(
         self,
@@ -372,6 +385,7 @@ class Lake:
         strict: bool = False,
         batch_size: int = 1000,
         redact: bool = True,
+        dedupe_content: bool = False,
         workers: int | None = None,
         labels: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
         storage_options: Mapping[str, Any] | None = None,
@@ -386,6 +400,9 @@ class Lake:
             strict: raise on the first bad record instead of quarantining it.
             batch_size: trajectories per commit (memory stays bounded by it).
             redact: replace secrets with typed placeholders (`<SECRET:openai_key:1>`).
+            dedupe_content: also skip trajectories whose content hash is already stored
+                (the same rollout from two sources; off by default because distinct samples
+                can share their text — the `duplicates` view lists such groups).
             workers: parsing processes for big inputs (None: one per core).
             labels: verifier outputs to attach right after (see `label`); the label report
                 is in `IngestReport.labels`.
@@ -402,6 +419,7 @@ class Lake:
             strict=strict,
             batch_size=batch_size,
             redact=redact,
+            dedupe_content=dedupe_content,
             workers=workers,
         )
         report = ingest(
@@ -455,6 +473,16 @@ class Lake:
         """The Delta version of a table pinned by a snapshot (for other Delta readers)."""
         return int(self.snapshot(at).tables[validate_table_name(table)])
 
+    def duckdb(self) -> duckdb.DuckDBPyConnection:
+        """The lake's sandboxed DuckDB database (query sessions are cursors of it)."""
+        from trajlake.query import sandboxed_database
+
+        with self._duckdb_mutex:
+            if self._duckdb is None:
+                root = self.location.uri if self.location.is_local else None
+                self._duckdb = sandboxed_database(root)
+            return self._duckdb
+
     def query(self, at: SnapshotRef = None) -> QuerySession:
         """A read-only DuckDB session with a view per table, pinned to one snapshot."""
         from trajlake.query import QuerySession
@@ -480,6 +508,19 @@ class Lake:
         from trajlake.export.jsonl import export_jsonl
 
         return export_jsonl(self, out, at=at, where=where, progress=progress)
+
+    def export_atif(
+        self,
+        out: str,
+        *,
+        at: SnapshotRef = None,
+        where: str | None = None,
+        progress: Progress | None = None,
+    ) -> ExportReport:
+        """Write Harbor ATIF trajectories: a folder of `<id>.json`, or one `.jsonl` file."""
+        from trajlake.export.atif import export_atif
+
+        return export_atif(self, out, at=at, where=where, progress=progress)
 
     def trajectory(self, trajectory_id: str, *, at: SnapshotRef = None) -> CanonicalTrajectory:
         """One trajectory with all its messages, as a canonical record."""

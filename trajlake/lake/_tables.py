@@ -7,8 +7,11 @@ commit lock, so each append's new version is known exactly.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -56,6 +59,18 @@ def check_schema(table: str, data: pa.Table) -> pa.Table:
             if not data.schema.field(f.name).type.equals(f.type)
         ]
         raise SchemaMismatch(f"data for {table!r} does not match its schema: {bad}: {e}") from e
+
+
+@dataclass
+class TableChanges:
+    """What Delta commits between two versions did to a table's files."""
+
+    data_added: list[str] = field(default_factory=list)
+    """Files added with new rows (paths relative to the table root)."""
+    removed: set[str] = field(default_factory=set)
+    """Files removed, whether their rows went too or moved (compaction)."""
+    data_removed: bool = False
+    """Some commit removed rows (restore, delete): cached keys must be rebuilt."""
 
 
 class TableStore:
@@ -170,6 +185,30 @@ class TableStore:
                 cached = list(self.at_version(name, version).file_uris())
             self._files[key] = cached
         return cached
+
+    def changes(self, name: str, after: int, upto: int) -> TableChanges | None:
+        """File changes of versions after..upto, read from their commit files (None when
+        one of them is no longer in the log)."""
+        fs = self.location.filesystem() if not self.location.is_local else None
+        out = TableChanges()
+        for version in range(after + 1, upto + 1):
+            path = self.location.join("tables", name, "_delta_log", f"{version:020d}.json")
+            try:
+                if fs is None:
+                    with open(path, "rb") as f:
+                        text = f.read()
+                else:
+                    text = bytes(fs.cat_file(path))
+            except FileNotFoundError:
+                return None
+            for line in text.splitlines():
+                action = json.loads(line) if line.strip() else {}
+                if "add" in action and action["add"].get("dataChange", True):
+                    out.data_added.append(unquote(action["add"]["path"]))
+                if "remove" in action:
+                    out.removed.add(unquote(action["remove"]["path"]))
+                    out.data_removed |= bool(action["remove"].get("dataChange", True))
+        return out
 
     def data_uri(self, name: str, relative_path: str) -> str:
         """URI of a data file from its path relative to the table root."""
