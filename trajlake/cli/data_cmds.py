@@ -1,4 +1,4 @@
-"""Data commands: ingest, sql, show and export (jsonl)."""
+"""Data commands: ingest, sql, show and export (jsonl, atif)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import cast, get_args
 
 import click
 
+from trajlake.cli.export_atif_cmd import atif
 from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
 from trajlake.cli.output import make_output
-from trajlake.cli.export_atif_cmd import atif
 from trajlake.cli.progress import progress_for
 from trajlake.ingest import format_names
 from trajlake.schema import Stage
