@@ -73,6 +73,7 @@ class _Plan:
     """Small files of one table chosen for merging, and the merged files once written."""
 
     table: str
+    version: int
     paths: list[str]
     sizes: dict[str, int]
     merged: list[DataFile] = field(default_factory=list)
@@ -150,7 +151,7 @@ def _plan(
             break
         picked.append(p)
         budget += sizes[p]
-    return _Plan(name, picked, sizes) if len(picked) >= 2 else None
+    return _Plan(name, version, picked, sizes) if len(picked) >= 2 else None
 
 
 def _read_files(lake: Lake, store: TableStore, name: str, paths: Iterable[str]) -> pa.Table:
@@ -177,6 +178,19 @@ def _discard(lake: Lake, store: TableStore, plan: _Plan) -> None:
             fs.rm_file(uri)
 
 
+def _still_live(store: TableStore, plan: _Plan, version: int) -> bool:
+    """Whether every planned file is still in the table at `version`.
+
+    Reads only the commits since the plan (a few small JSON files), so the lock is held for
+    milliseconds; falls back to the full file list when they are no longer in the log.
+    """
+    changes = store.changes(plan.table, plan.version, version)
+    if changes is not None:
+        return not changes.removed.intersection(plan.paths)
+    live = {u.rsplit("/", 1)[-1] for u in store.files(plan.table, version)}
+    return all(p.rsplit("/", 1)[-1] in live for p in plan.paths)
+
+
 def _commit_plans(
     lake: Lake, store: TableStore, plans: list[_Plan], report: MaintenanceReport
 ) -> None:
@@ -186,10 +200,9 @@ def _commit_plans(
         versions = dict(head.tables)
         commit_id = uuid.uuid4().hex
         for plan in plans:
-            live = {u.rsplit("/", 1)[-1] for u in store.files(plan.table, head.tables[plan.table])}
             fs = lake.location.filesystem()
             merged_there = all(fs.exists(store.data_uri(plan.table, f.path)) for f in plan.merged)
-            if not merged_there or not all(p.rsplit("/", 1)[-1] in live for p in plan.paths):
+            if not merged_there or not _still_live(store, plan, head.tables[plan.table]):
                 # Another run merged some of them first, or a short-retention vacuum took
                 # the merged files (written outside the lock) before they were committed.
                 _discard(lake, store, plan)
