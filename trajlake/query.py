@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
+from trajlake._query_views import DERIVED_VIEWS, register_arrow_views
 from trajlake.errors import ReadOnlyQuery, TrajlakeError
-from trajlake.schema import TABLES, table_schema
+from trajlake.schema import TABLES
 
 if TYPE_CHECKING:
     import polars as pl
@@ -29,64 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?P<analyze>ANALY[SZ]E\s+)?(?P<inner>.*)$", re.I | re.S)
-
-DERIVED_VIEWS: dict[str, str] = {
-    "tool_calls": """
-        SELECT trajectory_id, thread, idx, turn, tc.id AS call_id, tc.name AS tool_name,
-               tc.arguments AS arguments, tc.type AS call_type
-        FROM (SELECT trajectory_id, thread, idx, turn, unnest(tool_calls) AS tc
-              FROM messages WHERE tool_calls IS NOT NULL)
-    """,
-    # Effective outcome: a label matched by trajectory id beats one matched by task + run,
-    # which beats what the rollout recorded itself; among labels the newest wins.
-    "outcomes": """
-        WITH matched AS (
-            SELECT t.trajectory_id, l.resolved, l.reward, l.source, l.created_at, l.label_id,
-                   0 AS priority
-            FROM trajectories t JOIN labels l ON l.trajectory_id = t.trajectory_id
-            UNION ALL
-            SELECT t.trajectory_id, l.resolved, l.reward, l.source, l.created_at, l.label_id,
-                   1 AS priority
-            FROM trajectories t JOIN labels l
-              ON l.trajectory_id IS NULL AND l.task_id = t.task_id AND l.run_id = t.run_id
-        ), best AS (
-            SELECT * FROM matched
-            QUALIFY row_number() OVER (PARTITION BY trajectory_id
-                ORDER BY priority, created_at DESC NULLS LAST, label_id DESC) = 1
-        )
-        SELECT t.trajectory_id, t.task_id, t.run_id, t.generation,
-               coalesce(b.resolved, t.resolved) AS resolved,
-               coalesce(b.reward, t.reward) AS reward,
-               CASE WHEN b.trajectory_id IS NOT NULL THEN 'label:' || b.source
-                    ELSE t.outcome_source END AS outcome_source
-        FROM trajectories t LEFT JOIN best b ON b.trajectory_id = t.trajectory_id
-    """,
-    # The same conversation stored under several ids (e.g. one rollout read from two formats).
-    "duplicates": """
-        SELECT content_hash, count(*) AS copies,
-               list(trajectory_id ORDER BY trajectory_id) AS trajectory_ids
-        FROM trajectories WHERE content_hash IS NOT NULL
-        GROUP BY content_hash HAVING count(*) > 1
-    """,
-}
-
-
-VIEW_TABLES: dict[str, set[str]] = {
-    "tool_calls": {"messages"},
-    "outcomes": {"trajectories", "labels"},
-    "duplicates": {"trajectories"},
-}
-"""Tables each derived view reads."""
-
-
-def views_named_in(query: str) -> set[str]:
-    """Lake views a query mentions (a superset is harmless: it only costs a file listing)."""
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query.lower()))
-    return words & (set(TABLES) | set(DERIVED_VIEWS))
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 class QueryResult:
@@ -143,55 +86,25 @@ class QueryResult:
         return f"QueryResult({self._table.num_rows} rows × {self._table.num_columns} columns)"
 
 
-def sandboxed_database(lake_root: str | None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB database that can read only the lake's folder and cannot be
-    reconfigured (local lakes; object-store tables are scanned through Arrow datasets)."""
-    db = duckdb.connect()
-    if lake_root is not None:
-        db.execute(f"SET allowed_directories=[{_quote(lake_root.rstrip('/') + '/')}]")
-    db.execute("SET enable_external_access=false")
-    db.execute("SET lock_configuration=true")
-    return db
-
-
 class QuerySession:
     """A DuckDB connection whose views show the lake at one snapshot. Read-only."""
 
     def __init__(
         self, lake: Lake, snapshot: Snapshot, *, views: Collection[str] | None = None
     ) -> None:
-        """Open a session; `views` limits it to some views (each table costs a file listing)."""
+        """Open a session; `views` limits it to some views (each costs a file listing once)."""
         self.lake = lake
         self.snapshot = snapshot
+        wanted = set(TABLES) | set(DERIVED_VIEWS) if views is None else set(views)
         # A cursor of the lake's sandboxed database: opening one costs microseconds where a
-        # new DuckDB database costs ~15 ms; its temporary views are its own.
+        # new DuckDB database costs ~15 ms.
         self.connection = lake.duckdb().cursor()
         self._arrow_sources: list[Any] = []
-        wanted = set(TABLES) | set(DERIVED_VIEWS) if views is None else set(views)
-        derived = [v for v in DERIVED_VIEWS if v in wanted]
-        tables = wanted.intersection(TABLES).union(*(VIEW_TABLES[v] for v in derived))
-        for table in TABLES:
-            if table in tables:
-                self._create_view(table)
-        for name in derived:
-            self.connection.execute(f"CREATE TEMP VIEW {name} AS {DERIVED_VIEWS[name]}")
-
-    def _create_view(self, table: str) -> None:
-        store = self.lake.tables_store
-        version = self.snapshot.tables[table]
-        con = self.connection
-        if self.lake.location.is_local and store.can_scan_files(table):
-            files = [f.removeprefix("file://") for f in store.files(table, version)]
-            if files:
-                listing = ", ".join(_quote(f) for f in files)
-                con.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM read_parquet([{listing}])")
-                return
-            source: Any = table_schema(table).empty_table()
+        if lake.location.is_local and all(lake.tables_store.can_scan_files(t) for t in TABLES):
+            schema = lake.view_catalog().schema_for(snapshot, wanted)
+            self.connection.execute(f"USE {schema}")
         else:
-            source = store.at_version(table, version).to_pyarrow_dataset()
-        self._arrow_sources.append(source)
-        con.register(f"__arrow_{table}", source)
-        con.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM __arrow_{table}")
+            self._arrow_sources = register_arrow_views(lake, snapshot, self.connection, wanted)
 
     def check_read_only(self, query: str) -> None:
         """Raise ReadOnlyQuery unless every statement only reads."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 
@@ -274,7 +275,7 @@ _KEY_PREFIX = re.compile(
     r"|consumer|auth)[_\-]?$"
 )
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-_UNQUOTED = re.compile(r"[^\s\"'\\`,;&|<>(){}\[\]]+")
+_UNQUOTED = re.compile(r"[^\s\"'\\`,;&|<>(){}\[\]]{1,257}")
 _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 
@@ -317,8 +318,8 @@ def _kv_value(text: str, pos: int, quote: str | None) -> tuple[int, int] | None:
             return None  # the quote closed something else (`getpass("Password: ")`)
         return pos, close
     m = _UNQUOTED.match(text, pos)
-    if not m or text[m.end() : m.end() + 1] in ("(", "["):
-        return None  # a call or subscript, not a literal
+    if not m or len(m.group()) > 256 or text[m.end() : m.end() + 1] in ("(", "["):
+        return None  # a call or subscript, not a literal (or no value at all)
     return pos, m.end()
 
 
@@ -410,7 +411,7 @@ def _find_key_values(text: str) -> Iterator[Span]:
             or (sep == "=" and name == name.upper())
         )
         if not literal:
-            end = start + len(text[start:end].rstrip("."))
+            end = start + len(text[start:end].rstrip(".:,"))
         value = text[start:end]
         word = text[word_start : m.end()].lower()
         if value.lower() == name.lstrip("-").lower() or not _value_is_secret(
@@ -521,6 +522,29 @@ def _unescaped_backslash(text: str, index: int) -> bool:
     return n % 2 == 1
 
 
+class Intervals:
+    """Disjoint `[start, end)` intervals with a logarithmic overlap test."""
+
+    def __init__(self, intervals: Iterable[tuple[int, int]] = ()) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        for start, end in intervals:
+            self.add(start, end)
+
+    def overlaps(self, start: int, end: int) -> bool:
+        """Whether `[start, end)` overlaps an interval held."""
+        i = bisect.bisect_right(self._starts, start)
+        if i and self._ends[i - 1] > start:
+            return True
+        return i < len(self._starts) and self._starts[i] < end
+
+    def add(self, start: int, end: int) -> None:
+        """Hold `[start, end)`, which must not overlap an interval held."""
+        i = bisect.bisect_right(self._starts, start)
+        self._starts.insert(i, start)
+        self._ends.insert(i, end)
+
+
 def find_secrets(text: str) -> list[Span]:
     """The secrets in `text`: non-overlapping spans in order; placeholders are never matched."""
     if len(text) < _SHORT and (len(text) < 6 or not _GATE.search(text)):
@@ -531,9 +555,7 @@ def find_secrets(text: str) -> list[Span]:
             candidates.extend((priority, span) for span in finder(text))
     if not candidates:
         return []
-    taken = (
-        [(m.start(), m.end()) for m in PLACEHOLDER_RE.finditer(text)] if "<SECRET:" in text else []
-    )
+    taken = Intervals((m.start(), m.end()) for m in PLACEHOLDER_RE.finditer(text))
     chosen: list[Span] = []
     for _, span in sorted(candidates, key=lambda c: (c[0], c[1].start, -c[1].end)):
         start, end, kind = span
@@ -542,8 +564,8 @@ def find_secrets(text: str) -> list[Span]:
             start += 5 if text[start] == "u" else 1
         while end > start and _unescaped_backslash(text, end - 1):
             end -= 1
-        if end <= start or any(start < e and s < end for s, e in taken):
+        if end <= start or taken.overlaps(start, end):
             continue
-        taken.append((start, end))
+        taken.add(start, end)
         chosen.append(Span(start, end, kind))
     return sorted(chosen)

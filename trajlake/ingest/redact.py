@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from trajlake.ingest._secret_patterns import (
     KINDS,
     PLACEHOLDER_RE,
+    Intervals,
     Span,
     char_classes,
     find_secrets,
@@ -118,13 +119,14 @@ class Redactor:
         pattern = re.compile(
             "|".join(re.escape(v) for v in sorted(self._propagating, key=len, reverse=True))
         )
-        taken = [(s.start, s.end) for s in spans]
-        taken += [(m.start(), m.end()) for m in PLACEHOLDER_RE.finditer(text)]
-        extra = [
-            Span(m.start(), m.end(), self._known[m.group()][0])
-            for m in pattern.finditer(text)
-            if not any(m.start() < e and s < m.end() for s, e in taken)
-        ]
+        taken = Intervals((s.start, s.end) for s in spans)
+        extra = []
+        for m in itertools.chain(PLACEHOLDER_RE.finditer(text), pattern.finditer(text)):
+            if taken.overlaps(m.start(), m.end()):
+                continue
+            taken.add(m.start(), m.end())
+            if m.re is pattern:
+                extra.append(Span(m.start(), m.end(), self._known[m.group()][0]))
         return sorted(spans + extra) if extra else spans
 
     def redact_text(self, text: str) -> tuple[str, int]:

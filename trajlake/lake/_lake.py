@@ -35,6 +35,7 @@ from trajlake.records import trajectories_to_tables
 from trajlake.schema import SCHEMA_VERSION, TABLES, CanonicalTrajectory, Stage
 
 if TYPE_CHECKING:
+    from trajlake._query_views import ViewCatalog
     from trajlake.export.jsonl import ExportReport
     from trajlake.ingest import IngestReport
     from trajlake.ingest.labels import LabelFormat, LabelReport
@@ -160,6 +161,7 @@ class Lake:
         self._commits_since_maintenance = 0
         self._maintenance_thread: threading.Thread | None = None
         self._duckdb: duckdb.DuckDBPyConnection | None = None
+        self._views: ViewCatalog | None = None
         self._duckdb_mutex = threading.Lock()
         _OPEN_LAKES.add(self)
 
@@ -475,13 +477,23 @@ class Lake:
 
     def duckdb(self) -> duckdb.DuckDBPyConnection:
         """The lake's sandboxed DuckDB database (query sessions are cursors of it)."""
-        from trajlake.query import sandboxed_database
+        from trajlake._query_views import sandboxed_database
 
         with self._duckdb_mutex:
             if self._duckdb is None:
                 root = self.location.uri if self.location.is_local else None
                 self._duckdb = sandboxed_database(root)
             return self._duckdb
+
+    def view_catalog(self) -> ViewCatalog:
+        """Per-snapshot view schemas of the lake's database (built lazily, kept for reuse)."""
+        from trajlake._query_views import ViewCatalog
+
+        db = self.duckdb()
+        with self._duckdb_mutex:
+            if self._views is None:
+                self._views = ViewCatalog(self, db)
+            return self._views
 
     def query(self, at: SnapshotRef = None) -> QuerySession:
         """A read-only DuckDB session with a view per table, pinned to one snapshot."""
@@ -491,7 +503,8 @@ class Lake:
 
     def sql(self, query: str, *, at: SnapshotRef = None) -> QueryResult:
         """Run read-only SQL on a pinned snapshot; convert with to_arrow/to_polars/to_pandas."""
-        from trajlake.query import QuerySession, views_named_in
+        from trajlake._query_views import views_named_in
+        from trajlake.query import QuerySession
 
         with QuerySession(self, self.snapshot(at), views=views_named_in(query)) as session:
             return session.sql(query)
@@ -555,7 +568,10 @@ class Lake:
         report = run_maintenance(self, incremental=incremental, vacuum=vacuum, dry_run=dry_run)
         self._commits_since_maintenance = 0
         if not incremental:
-            self._tables.forget_files()  # file lists of expired versions may name deleted files
+            # File lists and views of expired versions may name files the vacuum deleted.
+            self._tables.forget_files()
+            if self._views is not None:
+                self._views.reset()
         return report
 
     def validate(self) -> ValidationReport:

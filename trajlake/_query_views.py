@@ -1,0 +1,175 @@
+"""The views a lake query sees, built once per snapshot in the lake's DuckDB database.
+
+Each snapshot gets a schema `snap_<id>` holding a view per table — `read_parquet` over the
+exact files of the pinned Delta versions — plus the derived views; sessions are cursors that
+`USE` that schema, so a query pays for the views only the first time a snapshot is read.
+Views are added lazily, table by table, as queries name them. Object-store lakes scan Arrow
+datasets registered per session instead (registrations do not cross connections).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from trajlake.schema import TABLES, table_schema
+
+if TYPE_CHECKING:
+    from trajlake.lake._lake import Lake
+    from trajlake.lake._log import Snapshot
+
+_KEEP_SCHEMAS = 16
+"""Snapshots whose views stay built; older ones are dropped and rebuilt on demand."""
+
+DERIVED_VIEWS: dict[str, str] = {
+    "tool_calls": """
+        SELECT trajectory_id, thread, idx, turn, tc.id AS call_id, tc.name AS tool_name,
+               tc.arguments AS arguments, tc.type AS call_type
+        FROM (SELECT trajectory_id, thread, idx, turn, unnest(tool_calls) AS tc
+              FROM messages WHERE tool_calls IS NOT NULL)
+    """,
+    # Effective outcome: a label matched by trajectory id beats one matched by task + run,
+    # which beats what the rollout recorded itself; among labels the newest wins.
+    "outcomes": """
+        WITH matched AS (
+            SELECT t.trajectory_id, l.resolved, l.reward, l.source, l.created_at, l.label_id,
+                   0 AS priority
+            FROM trajectories t JOIN labels l ON l.trajectory_id = t.trajectory_id
+            UNION ALL
+            SELECT t.trajectory_id, l.resolved, l.reward, l.source, l.created_at, l.label_id,
+                   1 AS priority
+            FROM trajectories t JOIN labels l
+              ON l.trajectory_id IS NULL AND l.task_id = t.task_id AND l.run_id = t.run_id
+        ), best AS (
+            SELECT * FROM matched
+            QUALIFY row_number() OVER (PARTITION BY trajectory_id
+                ORDER BY priority, created_at DESC NULLS LAST, label_id DESC) = 1
+        )
+        SELECT t.trajectory_id, t.task_id, t.run_id, t.generation,
+               coalesce(b.resolved, t.resolved) AS resolved,
+               coalesce(b.reward, t.reward) AS reward,
+               CASE WHEN b.trajectory_id IS NOT NULL THEN 'label:' || b.source
+                    ELSE t.outcome_source END AS outcome_source
+        FROM trajectories t LEFT JOIN best b ON b.trajectory_id = t.trajectory_id
+    """,
+    # The same conversation stored under several ids (e.g. one rollout read from two formats).
+    "duplicates": """
+        SELECT content_hash, count(*) AS copies,
+               list(trajectory_id ORDER BY trajectory_id) AS trajectory_ids
+        FROM trajectories WHERE content_hash IS NOT NULL
+        GROUP BY content_hash HAVING count(*) > 1
+    """,
+}
+
+
+VIEW_TABLES: dict[str, set[str]] = {
+    "tool_calls": {"messages"},
+    "outcomes": {"trajectories", "labels"},
+    "duplicates": {"trajectories"},
+}
+"""Tables each derived view reads."""
+
+
+def views_named_in(query: str) -> set[str]:
+    """Lake views a query mentions (a superset is harmless: it only costs a file listing)."""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query.lower()))
+    return words & (set(TABLES) | set(DERIVED_VIEWS))
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def sandboxed_database(lake_root: str | None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB database that can read only the lake's folder and cannot be
+    reconfigured (local lakes; object-store tables are scanned through Arrow datasets)."""
+    db = duckdb.connect()
+    if lake_root is not None:
+        db.execute(f"SET allowed_directories=[{_quote(lake_root.rstrip('/') + '/')}]")
+    db.execute("SET enable_external_access=false")
+    db.execute("SET lock_configuration=true")
+    return db
+
+
+def needed_tables(views: set[str]) -> set[str]:
+    """Tables behind a set of view names (derived views read others)."""
+    derived = views.intersection(DERIVED_VIEWS)
+    return views.intersection(TABLES).union(*(VIEW_TABLES[v] for v in derived))
+
+
+def _table_source(lake: Lake, table: str, version: int) -> str | None:
+    """`read_parquet([...])` over the pinned files, or None for an empty table."""
+    files = [f.removeprefix("file://") for f in lake.tables_store.files(table, version)]
+    if not files:
+        return None
+    return "read_parquet([" + ", ".join(_quote(f) for f in files) + "])"
+
+
+class ViewCatalog:
+    """Per-snapshot view schemas in one lake's sandboxed database (local lakes)."""
+
+    def __init__(self, lake: Lake, db: duckdb.DuckDBPyConnection) -> None:
+        self._lake = lake
+        self._db = db
+        self._built: OrderedDict[int, set[str]] = OrderedDict()
+        self._mutex = threading.Lock()
+
+    def schema_for(self, snapshot: Snapshot, views: set[str]) -> str:
+        """The schema holding (at least) `views` at `snapshot`; builds what is missing."""
+        schema = f"snap_{snapshot.snapshot_id}"
+        with self._mutex:
+            built = self._built.get(snapshot.snapshot_id)
+            if built is None:
+                self._db.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                built = self._built[snapshot.snapshot_id] = set()
+            self._built.move_to_end(snapshot.snapshot_id)
+            for table in sorted(needed_tables(views) - built):
+                self._add_table(schema, table, snapshot.tables[table])
+                built.add(table)
+            for name in sorted(views.intersection(DERIVED_VIEWS) - built):
+                cursor = self._db.cursor()
+                cursor.execute(f"USE {schema}")
+                cursor.execute(f"CREATE VIEW {name} AS {DERIVED_VIEWS[name]}")
+                cursor.close()
+                built.add(name)
+            self._evict()
+        return schema
+
+    def reset(self) -> None:
+        """Drop every built schema (after a vacuum may have deleted files they name)."""
+        with self._mutex:
+            for snapshot_id in self._built:
+                self._db.execute(f"DROP SCHEMA IF EXISTS snap_{snapshot_id} CASCADE")
+            self._built.clear()
+
+    def _add_table(self, schema: str, table: str, version: int) -> None:
+        source = _table_source(self._lake, table, version)
+        if source is None:
+            self._db.from_arrow(table_schema(table).empty_table()).create(f"{schema}.{table}")
+        else:
+            self._db.execute(f"CREATE VIEW {schema}.{table} AS SELECT * FROM {source}")
+
+    def _evict(self) -> None:
+        while len(self._built) > _KEEP_SCHEMAS:
+            old, _ = self._built.popitem(last=False)
+            self._db.execute(f"DROP SCHEMA IF EXISTS snap_{old} CASCADE")
+
+
+def register_arrow_views(
+    lake: Lake, snapshot: Snapshot, connection: duckdb.DuckDBPyConnection, views: set[str]
+) -> list[Any]:
+    """Temporary views over delta-rs Arrow datasets on one connection (object stores)."""
+    sources = []
+    for table in sorted(needed_tables(views)):
+        version = snapshot.tables[table]
+        source = lake.tables_store.at_version(table, version).to_pyarrow_dataset()
+        sources.append(source)
+        connection.register(f"__arrow_{table}", source)
+        connection.execute(f"CREATE TEMP VIEW {table} AS SELECT * FROM __arrow_{table}")
+    for name in sorted(views.intersection(DERIVED_VIEWS)):
+        connection.execute(f"CREATE TEMP VIEW {name} AS {DERIVED_VIEWS[name]}")
+    return sources
