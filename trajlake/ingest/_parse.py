@@ -18,6 +18,7 @@ from trajlake.errors import InvalidRecord
 from trajlake.ingest._adapter import BadRecord, Parsed, ParsedTrajectory
 from trajlake.ingest._registry import get_adapter
 from trajlake.ingest._sources import SourceFile
+from trajlake.ingest.redact import redact_trajectory
 from trajlake.records import rows_for_table, trajectories_to_tables
 from trajlake.schema import CanonicalTrajectory, Stage
 
@@ -160,7 +161,7 @@ def describe(uri: str, bad: BadRecord) -> str:
 
 def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
     """Parse, stamp, redact and normalise one task's trajectories; quarantine bad records."""
-    redactor = _redactor() if stamp.redact else None
+    redactor = redact_trajectory if stamp.redact else None
     records: list[CanonicalTrajectory] = []
     parts: list[dict[str, pa.Table]] = []
     bad_rows: list[dict[str, Any]] = []
@@ -194,12 +195,3 @@ def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
     if bad_rows:
         chunk.tables["quarantine"] = rows_for_table("quarantine", bad_rows)
     return chunk
-
-
-def _redactor() -> Any:
-    """The redaction function, when the redaction module is present."""
-    try:
-        from trajlake.ingest.redact import redact_trajectory
-    except ModuleNotFoundError:
-        return None
-    return redact_trajectory

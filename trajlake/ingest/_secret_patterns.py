@@ -2,8 +2,9 @@
 
 `find_secrets(text)` returns the spans of the secrets in a text, non-overlapping and in order.
 A span covers the secret only (the password of a URL, the value of `API_KEY=...`), so the text
-around it keeps its shape. Every detector runs only when one of its trigger substrings occurs:
-`in` on a str is a fast C scan, so texts without a trigger cost a few linear scans.
+around it keeps its shape. Speed comes from `re` itself: patterns that start with a literal are
+scanned at memory speed, the few others run only when a trigger substring occurs, and short
+texts pass one combined gate first.
 """
 
 from __future__ import annotations
@@ -202,7 +203,8 @@ _BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{32,}")
 def _find_private_keys(text: str) -> Iterator[Span]:
     for m in _PK_BEGIN.finditer(text):
         end = _PK_END.search(text, m.end(), m.end() + 20_000)
-        if end and '"' not in text[m.end() : end.start()]:
+        body_text = text[m.end() : end.start()] if end else ""
+        if end and '"' not in body_text and "\0" not in body_text:  # one string, one field
             stop = end.end()
         else:  # a truncated block (`head`, an output limit): the base64 lines that follow
             body = _PK_BODY.match(text, m.end())
@@ -276,7 +278,7 @@ _KEY_PREFIX = re.compile(
 )
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _UNQUOTED = re.compile(r"[^\s\"'\\`,;&|<>(){}\[\]]{1,257}")
-_IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
+_IDENTIFIER = re.compile(r"[A-Za-z_$]\w*(?:\.[A-Za-z_$]\w*)*")
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 
 
@@ -296,7 +298,7 @@ def _name_start(text: str, word_start: int) -> int | None:
     ):
         return None
     start = word_start
-    while start and text[start - 1] in _NAME_CHARS:
+    while start > word_start - 128 and start and text[start - 1] in _NAME_CHARS:
         start -= 1
     if start >= 1 and text[start - 1] == "\\" and text[start] in "nrt":
         start += 1  # a JSON escape ("\nPASSWORD=...") is not part of the name
@@ -407,7 +409,7 @@ def _find_key_values(text: str) -> Iterator[Span]:
         literal = (
             bool(quote)
             or name.startswith("-")
-            or text[name_start - 1 : name_start] in ("?", "&")
+            or text[name_start - 1 : name_start] in ("?", "&", ";")  # query, connection string
             or (sep == "=" and name == name.upper())
         )
         if not literal:
@@ -426,6 +428,34 @@ def _find_key_values(text: str) -> Iterator[Span]:
         else:
             kind = "secret"
         yield Span(start, end, kind)
+
+
+# Name and value as sibling fields: Kubernetes `env:` lists, ECS task definitions.
+_Q = r"(?:\\?[\"'])?"  # an optional quote, maybe JSON-escaped
+_ENV_ENTRY = re.compile(
+    r"name" + _Q + r"[ \t]*:[ \t]*" + _Q + r"([A-Za-z_][\w.\-]*)" + _Q
+    + r"[ \t]*,?[ \t]*(?:\r?\n[ \t]*(?:-[ \t]*)?)?" + _Q + r"value" + _Q
+    + r"[ \t]*:[ \t]*(\\?[\"'])?"
+)  # fmt: skip
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|[_\-.])(passphrase|password|passwd|pass|pwd|secret|token|credentials?|creds"
+    r"|(?:api|access|private|secret|signing|encryption|master|session|client|auth)[_\-]?key)\d*$"
+)
+
+
+def _find_env_entries(text: str) -> Iterator[Span]:
+    for m in _ENV_ENTRY.finditer(text):
+        name, quote = m.group(1), m.group(2)
+        word = _SECRET_NAME.search(name)
+        found = _kv_value(text, m.end(), quote) if word else None
+        if word is None or found is None or _NOT_SECRET_TOKENS.search(name):
+            continue
+        value = text[found[0] : found[1]]
+        if value.lower() != name.lower() and _value_is_secret(
+            value, word.group(1).lower(), True, "="
+        ):
+            kind = "password" if word.group(1).lower().startswith(("pass", "pwd")) else "secret"
+            yield Span(found[0], found[1], kind)
 
 
 _EMAIL = re.compile(
@@ -477,7 +507,7 @@ def _find_emails(text: str) -> Iterator[Span]:
             continue  # you@your-domain.com, jane@mail.example
         if len(follow) == 2 and follow[0] == ":" and not follow[1].isspace():
             continue  # scp-like `user@host:path`, `git@github.com:org/repo`
-        line_start = text.rfind("\n", 0, start) + 1
+        line_start = max(text.rfind("\n", 0, start) + 1, start - 200)  # bounded: no O(n²)
         token_start = max(text.rfind(" ", line_start, start), line_start)
         if "://" in text[token_start:start] or _SSH_CONTEXT.search(text, line_start, start):
             continue  # URL user info or an ssh login, not an address
@@ -495,6 +525,7 @@ _FINDERS: tuple[tuple[int, tuple[str, ...] | None, Callable[[str], Iterator[Span
     (1, None, _find_url_passwords),
     (2, ("earer", "EARER", "uthorization", "UTHORIZATION"), _find_auth_headers),
     (2, None, _find_key_values),
+    (2, ("value",), _find_env_entries),
     (3, ("@",), _find_emails),
 )
 
@@ -503,7 +534,8 @@ _FINDERS: tuple[tuple[int, tuple[str, ...] | None, Callable[[str], Iterator[Span
 _SHORT = 384
 _GATE = re.compile(
     r"sk-|[sr]k_|gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt|cbt|ft)-|xox|xapp-|AIza|hf_|whsec_"
-    r"|eyJ|AKIA|ASIA|PRIVATE KEY|://|earer|EARER|uthorization|UTHORIZATION|@|" + _KV_ANCHOR.pattern
+    r"|eyJ|AKIA|ASIA|PRIVATE KEY|hooks\.slack|://|earer|EARER|uthorization|UTHORIZATION|@|"
+    + _KV_ANCHOR.pattern
 )
 
 KINDS: tuple[str, ...] = (

@@ -61,9 +61,16 @@ class Redactor:
 
     Use a fresh instance per trajectory: numbering restarts, and nothing learnt from one
     trajectory's secrets leaks into another's text.
+
+    Args:
+        kinds: replace only secrets of these kinds (see `KINDS`); all kinds when None.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: Iterable[str] | None = None) -> None:
+        self._kinds = None if kinds is None else frozenset(kinds)
+        if self._kinds is not None and not self._kinds <= set(KINDS):
+            unknown = ", ".join(sorted(self._kinds - set(KINDS)))
+            raise ValueError(f"unknown secret kind(s) {unknown}; known: {', '.join(KINDS)}")
         self._known: dict[str, tuple[str, str]] = {}  # secret → (kind, placeholder)
         self._counts: dict[str, int] = {}
         self._propagating: list[str] = []
@@ -88,10 +95,16 @@ class Redactor:
         """
         # One scan over all fields joined: a trajectory has thousands of small fields, and a
         # call per field and detector would cost more than the scanning itself. The separator
-        # ends a line (no pattern spans lines) and holds a NUL (no span may contain one).
+        # ends a line (line-bound patterns stop there) and holds a NUL: spans holding one are
+        # dropped, so no secret is pieced together from two fields.
         joined = _SEPARATOR.join(texts)
         starts = list(itertools.accumulate((len(t) + len(_SEPARATOR) for t in texts), initial=0))
-        spans = [s for s in find_secrets(joined) if "\0" not in joined[s.start : s.end]]
+        spans = [
+            s
+            for s in find_secrets(joined)
+            if "\0" not in joined[s.start : s.end]
+            and (self._kinds is None or s.kind in self._kinds)
+        ]
         for start, end, kind in spans:
             self._placeholder(joined[start:end], kind)
         if self._propagating:
