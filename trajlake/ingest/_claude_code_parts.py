@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajlake.ingest._adapter import BadRecord, bounded
+from trajlake.ingest._values import parse_time
 
 MESSAGE_TYPES = frozenset({"user", "assistant"})
 _LEAF_TYPES = frozenset({"user", "assistant", "system"})
@@ -57,19 +57,6 @@ class Rec:
     @property
     def message(self) -> dict[str, Any]:
         return self.obj["message"] if self.type in MESSAGE_TYPES else {}
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    """An ISO-8601 UTC time (`...Z`) as an aware datetime; zone-less values are taken as UTC."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.astimezone(dt.timezone.utc)
 
 
 def check(value: object, line: int, offset: int, raw: bytes) -> Rec | BadRecord:

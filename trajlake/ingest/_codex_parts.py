@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import datetime as dt
-import hashlib
 import json
 import re
 from collections import Counter
 from typing import Any
+
+from trajlake.ingest._values import as_int as _int
+from trajlake.ingest._values import image_part
 
 _CALLS = {
     "function_call": "function",
@@ -21,39 +20,8 @@ _EXIT = re.compile(r"(?:Process exited with code|Exit code:)\s*(-?\d+)")
 _ROLES = {"user": "user", "assistant": "assistant", "developer": "system", "system": "system"}
 
 
-def parse_time(value: object) -> dt.datetime | None:
-    """An ISO-8601 time (`...Z`) as aware UTC."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.astimezone(dt.timezone.utc)
-
-
-def image_part(url: str) -> dict[str, Any]:
-    """An input image by reference: a data URL is replaced by the sha256 of its bytes."""
-    if not url.startswith("data:"):
-        return {"type": "image", "uri": url}
-    header, _, payload = url.partition(",")
-    try:
-        raw = base64.b64decode(payload, validate=False)
-    except (binascii.Error, ValueError):
-        raw = payload.encode()
-    digest = hashlib.sha256(raw).hexdigest()
-    mime = header[5:].split(";")[0] or None
-    return {"type": "image", "uri": f"data-sha256:{digest}", "mime_type": mime, "sha256": digest}
-
-
 def _dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _content(parts: object) -> tuple[str | None, list[dict[str, Any]] | None]:

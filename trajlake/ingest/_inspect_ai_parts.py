@@ -16,8 +16,8 @@ from trajlake.ingest._openai_messages_parts import (
     drop_none,
     json_text,
     mapping,
-    parse_time,
 )
+from trajlake.ingest._values import parse_time
 
 ATTACHMENT = "attachment://"
 LETTER_SCORES = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}

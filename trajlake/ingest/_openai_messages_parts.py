@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
 import hashlib
 import json
 import urllib.parse
@@ -95,28 +94,6 @@ def map_status(text: Any) -> Status | None:
     if not isinstance(text, str):
         return None
     return _STATUS_WORDS.get(text.strip().lower().replace("-", "_").replace(" ", "_"))
-
-
-def parse_time(value: Any) -> dt.datetime | None:
-    """An aware UTC datetime from ISO text or unix seconds (milliseconds when huge)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        seconds = value / 1000 if value > 1e11 else value
-        try:
-            return dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
-        except (OverflowError, OSError, ValueError):
-            return None
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    # A naive time is taken as UTC: harnesses that omit the offset log in UTC.
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.astimezone(dt.timezone.utc)
 
 
 def data_uri_part(kind: str, uri: str, mime: str | None = None) -> dict[str, Any]:

@@ -20,15 +20,15 @@ An OpenHands history is a list of events, each an action (`action` + `args`) or 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from trajlake.ingest._values import as_int as _int
+from trajlake.ingest._values import image_part, parse_time
 
 SKIPPED_ACTIONS = frozenset(
     {"change_agent_state", "recall", "condensation", "condensation_request", "null"}
@@ -40,33 +40,6 @@ _ENVELOPE = frozenset(
     | {"tool_call_metadata", "llm_metrics", "timeout", "success", "hidden", "extras", "args"}
 )
 _ATTR_TEXT_LIMIT = 200
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    """An ISO-8601 time as aware UTC; zone-less values are taken as UTC (as OpenHands writes)."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.astimezone(dt.timezone.utc)
-
-
-def image_part(url: str) -> dict[str, Any]:
-    """An image part by reference: a data URL is replaced by its hash, never stored inline."""
-    if not url.startswith("data:"):
-        return {"type": "image", "uri": url}
-    header, _, payload = url.partition(",")
-    mime = header[5:].split(";")[0] or None
-    try:
-        raw = base64.b64decode(payload, validate=False) if ";base64" in header else payload.encode()
-    except (binascii.Error, ValueError):
-        raw = payload.encode()
-    digest = hashlib.sha256(raw).hexdigest()
-    return {"type": "image", "uri": f"data-sha256:{digest}", "mime_type": mime, "sha256": digest}
 
 
 def small_scalars(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,10 +73,6 @@ def _dict(value: object) -> dict[str, Any]:
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value != "" else None
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass

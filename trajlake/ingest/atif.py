@@ -38,9 +38,9 @@ from trajlake.ingest._openai_messages_parts import (
     json_text,
     mapping,
     parse_document,
-    parse_time,
 )
 from trajlake.ingest._sources import SourceFile
+from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
 
 TRAJLAKE_EXTRA = "trajlake"

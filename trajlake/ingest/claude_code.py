@@ -35,15 +35,9 @@ from trajlake.ingest._adapter import (
     iter_json_lines,
     stable_id,
 )
-from trajlake.ingest._claude_code_parts import (
-    MESSAGE_TYPES,
-    Converter,
-    Rec,
-    check,
-    main_line,
-    parse_time,
-)
+from trajlake.ingest._claude_code_parts import MESSAGE_TYPES, Converter, Rec, check, main_line
 from trajlake.ingest._sources import SourceFile
+from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
 
 _SUBAGENT = re.compile(r"^(?P<session>.*)/(?P<sid>[^/]+)/subagents/(?P<agent>agent-[^/]+)\.jsonl$")

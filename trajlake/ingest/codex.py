@@ -44,8 +44,9 @@ from trajlake.ingest._adapter import (
     iter_json_lines,
     stable_id,
 )
-from trajlake.ingest._codex_parts import Rollout, parse_time
+from trajlake.ingest._codex_parts import Rollout
 from trajlake.ingest._sources import SourceFile
+from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
 
 _ENVELOPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})

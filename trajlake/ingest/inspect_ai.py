@@ -42,11 +42,11 @@ from trajlake.ingest._openai_messages_parts import (
     drop_none,
     first_str,
     mapping,
-    parse_time,
     raw_json,
     read_document,
 )
 from trajlake.ingest._sources import SourceFile
+from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
 
 MAX_BUFFER = 1 << 30

@@ -37,6 +37,7 @@ from trajlake.ingest._adapter import (
 )
 from trajlake.ingest._sources import SourceFile
 from trajlake.ingest._swe_agent_parts import number_messages
+from trajlake.ingest._values import as_int as _int
 from trajlake.ingest.swe_agent import run_id_from_path
 from trajlake.schema import CanonicalTrajectory, Message, Status, ToolCall
 
@@ -69,10 +70,6 @@ def exit_status_to_status(text: str | None) -> Status | None:
 def _obj(value: Any) -> dict[str, Any]:
     """The value if it is a JSON object, else an empty one (for optional sections)."""
     return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _dig(obj: Any, *keys: str) -> Any:

@@ -37,8 +37,9 @@ from trajlake.ingest._adapter import (
     iter_json_lines,
     stable_id,
 )
-from trajlake.ingest._openhands_parts import EventConverter, EventSummary, parse_time
+from trajlake.ingest._openhands_parts import EventConverter, EventSummary
 from trajlake.ingest._sources import SourceFile
+from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
 
 _EVENT_FILE = re.compile(r"(^|/)events/(\d+)\.json$")

@@ -43,9 +43,9 @@ from trajlake.ingest._openai_messages_parts import (
     first_str,
     json_text,
     mapping,
-    parse_time,
 )
 from trajlake.ingest._sources import SourceFile
+from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
 
 _ROLES = {"developer": "system"}
