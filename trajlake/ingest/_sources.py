@@ -15,7 +15,7 @@ from fsspec.utils import infer_compression
 
 from trajlake.errors import TrajlakeError
 
-_SKIP_NAMES = {".DS_Store", "LICENSE", "LICENSE.txt", "NOTICE"}
+_SKIP_NAMES = {".DS_Store", ".gitignore", ".gitattributes", "LICENSE", "LICENSE.txt", "NOTICE"}
 _SKIP_DIRS = {".git", "__pycache__", "_trajlake", "_delta_log"}
 
 
@@ -55,7 +55,8 @@ def _walk_local(root: str) -> Iterator[str]:
     for directory, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
         for name in sorted(files):
-            if name not in _SKIP_NAMES and not name.startswith("."):
+            # Hidden files are read: some tools log there (aider's `.aider.chat.history.md`).
+            if name not in _SKIP_NAMES:
                 yield os.path.join(directory, name)
 
 

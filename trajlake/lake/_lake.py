@@ -9,10 +9,9 @@ import logging
 import os
 import re
 import threading
-import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -26,11 +25,12 @@ from trajlake.errors import (
     NoSuchTrajectory,
     StorageUnreachable,
 )
+from trajlake.lake._commit import CommitContext, CommitResult, commit_tables, recover
 from trajlake.lake._dedupe import KeyIndex
 from trajlake.lake._lock import commit_lock
 from trajlake.lake._log import Snapshot, SnapshotLog, Tag, utc_now
 from trajlake.lake._storage import LakeLocation, MetadataStore, parse_location
-from trajlake.lake._tables import TableStore, check_schema, validate_table_name
+from trajlake.lake._tables import TableStore, validate_table_name
 from trajlake.records import trajectories_to_tables
 from trajlake.schema import SCHEMA_VERSION, TABLES, CanonicalTrajectory, Stage
 
@@ -76,20 +76,6 @@ class LakeSettings:
     """Delta log versions kept per table for time travel (tagged versions are always kept)."""
     retention_hours: int = 168
     """Data files removed by compaction are deleted only after this long (and never if tagged)."""
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """What one commit stored."""
-
-    snapshot: Snapshot
-    added: dict[str, int] = field(default_factory=dict)
-    duplicates: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def snapshot_id(self) -> int:
-        """Id of the snapshot that holds the commit (the previous one if nothing was new)."""
-        return self.snapshot.snapshot_id
 
 
 def open_lake(
@@ -251,41 +237,16 @@ class Lake:
         stored is dropped too (the same rollout from another source). When nothing is new,
         no snapshot is created.
         """
-        # Every table is checked before anything is written: a bad one fails the whole commit.
-        tables = {validate_table_name(n): check_schema(n, t) for n, t in tables.items()}
-        commit_id = uuid.uuid4().hex
-        with self._lock():
-            head = self.recover(self._log.latest())
-            deduped = self._keys.dedupe(tables, head.tables, content=dedupe_content)
-            to_write = {n: t for n, t in deduped.tables.items() if t.num_rows}
-            added = {n: t.num_rows for n, t in deduped.tables.items()}
-            if not to_write:
-                return CommitResult(head, added, deduped.duplicates)
-            versions = dict(head.tables)
-            self._log.begin(commit_id, sorted(to_write))
-            target = self.settings.target_file_mb * 1024 * 1024
-            for name, data in to_write.items():
-                before = head.tables[name]
-                versions[name], files = self._tables.append(
-                    name,
-                    data,
-                    commit_id=commit_id,
-                    next_version=before + 1,
-                    target_file_bytes=target,
-                )
-                uris = [self._tables.data_uri(name, f.path) for f in files]
-                self._keys.remember(name, before, versions[name], uris, data)
-            info = {"commit_id": commit_id, "added": added, **(summary or {})}
-            snap = Snapshot(
-                head.snapshot_id + 1, utc_now(), operation, versions, info, head.snapshot_id
-            )
-            self._log.append(snap)
-            self._log.end()
+        result = commit_tables(
+            self._journal(), tables, operation=operation, summary=summary, dedupe=dedupe_content
+        )
+        if result.snapshot_id == result.previous_id:
+            return result
         self._commits_since_maintenance += 1
         every = self.settings.auto_maintain_every
         if every and self._commits_since_maintenance >= every:
             self._start_background_maintenance()
-        return CommitResult(snap, added, deduped.duplicates)
+        return result
 
     def _start_background_maintenance(self) -> None:
         """Incremental maintenance in a background thread: commits never wait for compaction."""
@@ -323,37 +284,12 @@ class Lake:
     def recover(self, head: Snapshot, *, check_all: bool = False) -> Snapshot:
         """Undo what a writer that died mid-commit left behind; return the (new) head.
 
-        Call under the commit lock. A commit journals the tables it is about to write before
-        writing any data, so only a journal left behind calls for a look (or `check_all`, used
-        by full maintenance). Restoring creates Delta versions, so a snapshot pins them.
+        Call under the commit lock (see `trajlake.lake._commit.recover`).
         """
-        pending = self._log.pending()
-        if pending is None and not check_all:
-            return head
-        names = list(head.tables) if check_all or pending is None else pending["tables"]
-        restored = self._undo_orphans(head, names)
-        if restored:
-            versions = {**head.tables, **restored}
-            summary = {"restored": sorted(restored), "journal": pending}
-            head = self._log.append(
-                Snapshot(
-                    head.snapshot_id + 1, utc_now(), "recover", versions, summary, head.snapshot_id
-                )
-            )
-        if pending is not None:
-            self._log.end()
-        return head
+        return recover(self._journal(), head, check_all=check_all)
 
-    def _undo_orphans(self, head: Snapshot, names: Iterable[str]) -> dict[str, int]:
-        """Restore tables to the versions the head pins; return their new versions."""
-        restored = {}
-        for name in names:
-            pinned = head.tables[name]
-            latest = self._tables.latest_version(name)
-            if latest > pinned:
-                log.warning("table %s: undoing orphan versions %d..%d", name, pinned + 1, latest)
-                restored[name] = self._tables.restore(name, pinned)
-        return restored
+    def _journal(self) -> CommitContext:
+        return CommitContext(self._log, self._tables, self._keys, self.settings, self._lock)
 
     def write(
         self,

@@ -44,6 +44,14 @@ class Snapshot:
         """The log entry's bytes."""
         return json.dumps(asdict(self), sort_keys=True).encode()
 
+    def successor(
+        self, operation: str, tables: dict[str, int], summary: dict[str, Any]
+    ) -> Snapshot:
+        """The snapshot that follows this one, stamped now."""
+        return Snapshot(
+            self.snapshot_id + 1, utc_now(), operation, tables, summary, self.snapshot_id
+        )
+
     @classmethod
     def from_json(cls, data: bytes) -> Snapshot:
         """Parse a log entry."""

@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trajlake.lake._delta_commit import DataFile, commit_actions, remove_action, write_data_files
-from trajlake.lake._log import Snapshot, utc_now
 from trajlake.lake._tables import TableStore
 from trajlake.schema import PRIMARY_KEYS, SORT_KEYS
 
@@ -226,14 +225,7 @@ def _commit_plans(
             )
         if versions != head.tables:
             compacted = [p.table for p in plans if versions[p.table] != head.tables[p.table]]
-            snap = Snapshot(
-                head.snapshot_id + 1,
-                utc_now(),
-                "maintain",
-                versions,
-                {"compacted": compacted},
-                head.snapshot_id,
-            )
+            snap = head.successor("maintain", versions, {"compacted": compacted})
             lake.snapshot_log.append(snap)
             report.snapshot_id = snap.snapshot_id
 
@@ -310,7 +302,7 @@ def _pin_latest(
     versions = {name: int(store.handle(name).version()) for name in head.tables}
     if versions == head.tables:
         return None
-    snap = Snapshot(head.snapshot_id + 1, utc_now(), operation, versions, summary, head.snapshot_id)
+    snap = head.successor(operation, versions, summary)
     return lake.snapshot_log.append(snap).snapshot_id
 
 

@@ -13,7 +13,8 @@ from trajlake.lake._log import Snapshot
 from trajlake.schema import CanonicalTrajectory
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import CommitResult, Lake
+    from trajlake.lake._commit import CommitResult
+    from trajlake.lake._lake import Lake
 
 log = logging.getLogger(__name__)
 
