@@ -5,7 +5,7 @@ adapter's files are ingested into a fresh lake; MB/s and trajectories/s are prin
 Part 2: a synthetic canonical JSONL file is ingested at two sizes; peak RSS (this process and
 its parsing workers) is printed for both, and their ratio shows whether memory stays bounded.
 
-    python benchmarks/bench_ingest_native.py [--corpus PATH] [--mb 256]
+    python benchmarks/bench_ingest_native.py [--corpus PATH] [--mb 1024]
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def bench_large(workdir: Path, megabytes: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
-    parser.add_argument("--mb", type=int, default=256, help="size of the large synthetic file")
+    parser.add_argument("--mb", type=int, default=1024, help="size of the large synthetic file")
     parser.add_argument("--child", nargs=2, metavar=("FILE", "LAKE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

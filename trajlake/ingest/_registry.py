@@ -21,6 +21,7 @@ _ADAPTER_CLASSES: dict[str, str] = {
     "atif": "trajlake.ingest.atif:AtifAdapter",
     "responses": "trajlake.ingest.responses:ResponsesAdapter",
     "tau-bench": "trajlake.ingest.tau_bench:TauBenchAdapter",
+    "aider": "trajlake.ingest.aider:AiderAdapter",
 }
 """Format name → adapter class (module:Class); one module per source format."""
 
