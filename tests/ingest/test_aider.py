@@ -10,15 +10,11 @@ from pathlib import Path
 import pytest
 
 import trajlake as tl
-from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile, _registry
+from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile
 from trajlake.ingest._sources import read_head
 from trajlake.ingest.aider import AiderAdapter
 from trajlake.records import normalize
 from trajlake.schema import CanonicalTrajectory
-
-if "aider" not in _registry._ADAPTER_CLASSES:  # until the adapter is registered
-    _registry._ADAPTER_CLASSES["aider"] = "trajlake.ingest.aider:AiderAdapter"
-    _registry.adapters.cache_clear()
 
 SHARED_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"  # as in conftest.py
 DATA = Path(__file__).parents[1] / "data" / "aider"

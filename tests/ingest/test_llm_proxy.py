@@ -8,10 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import trajlake as tl
-from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile, _registry
+from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile
 from trajlake.ingest._sources import expand_sources, read_head
 from trajlake.ingest.llm_proxy import LlmProxyAdapter
 from trajlake.records import normalize
@@ -20,14 +18,6 @@ from trajlake.schema import CanonicalTrajectory
 SHARED_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"  # as in conftest.py
 DATA = Path(__file__).parents[1] / "data" / "llm_proxy"
 PLAIN, STREAM = DATA / "non-stream.http", DATA / "stream.http"
-
-
-@pytest.fixture(autouse=True)
-def _registered() -> None:
-    """Until the format is listed in the registry, list it for these tests."""
-    if "llm-proxy" not in _registry._ADAPTER_CLASSES:
-        _registry._ADAPTER_CLASSES["llm-proxy"] = "trajlake.ingest.llm_proxy:LlmProxyAdapter"
-        _registry.adapters.cache_clear()
 
 
 def _read(path: Path) -> list[ParsedTrajectory | BadRecord]:
@@ -76,7 +66,7 @@ def _check(path: Path) -> CanonicalTrajectory:
     assert record.attrs is not None
     assert record.attrs["request_id"] == header["meta"]["request_id"]
     assert record.attrs["request_params"]["max_completion_tokens"] == 10
-    # No HTTP header but the content types is kept (they may carry keys and cookies).
+    # Of the HTTP headers only the content types are kept (they may carry keys and cookies).
     assert "Set-Cookie" not in json.dumps(record.attrs) and "acw_tc" not in json.dumps(record.attrs)
     assert record.reward is None and record.tools is None
     return record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import itertools
 import json
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 import trajlake as tl
-from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile, _registry
+from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile
 from trajlake.ingest._sources import expand_sources, read_head
 from trajlake.ingest.tau2_bench import Tau2BenchAdapter
 from trajlake.records import normalize
@@ -27,14 +28,6 @@ FULL = (
     / "06_eval_frameworks/tau2_bench/tests/test_voice/test_interaction_metrics/testdata/experiment"
 )
 needs_corpus = pytest.mark.skipif(not FULL.exists(), reason="shared corpus not available")
-
-
-@pytest.fixture(autouse=True)
-def _registered() -> None:
-    """Until the format is listed in the registry, list it for these tests."""
-    if "tau2-bench" not in _registry._ADAPTER_CLASSES:
-        _registry._ADAPTER_CLASSES["tau2-bench"] = "trajlake.ingest.tau2_bench:Tau2BenchAdapter"
-        _registry.adapters.cache_clear()
 
 
 def _read(path: Path) -> list[ParsedTrajectory | BadRecord]:
@@ -94,10 +87,8 @@ def _check_voice(path: Path, record: CanonicalTrajectory) -> None:
     assert record.attrs["simulation_id"] == sim["id"] and record.attrs["n_ticks"] == len(ticks)
 
 
-def tl_time(text: str) -> Any:
+def tl_time(text: str) -> dt.datetime:
     """A τ²-bench naive ISO time as the aware UTC datetime the adapter stores."""
-    import datetime as dt
-
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc)
 
 

@@ -22,6 +22,8 @@ _ADAPTER_CLASSES: dict[str, str] = {
     "responses": "trajlake.ingest.responses:ResponsesAdapter",
     "tau-bench": "trajlake.ingest.tau_bench:TauBenchAdapter",
     "aider": "trajlake.ingest.aider:AiderAdapter",
+    "tau2-bench": "trajlake.ingest.tau2_bench:Tau2BenchAdapter",
+    "llm-proxy": "trajlake.ingest.llm_proxy:LlmProxyAdapter",
 }
 """Format name → adapter class (module:Class); one module per source format."""
 
@@ -34,12 +36,7 @@ def adapters() -> dict[str, Adapter]:
     found: dict[str, Adapter] = {}
     for name, target in _ADAPTER_CLASSES.items():
         module_name, class_name = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name != module_name:
-                raise
-            continue  # an adapter still being written
+        module = importlib.import_module(module_name)
         found[name] = getattr(module, class_name)()
     return found
 
