@@ -13,6 +13,7 @@ import datetime as dt
 import decimal
 import json
 import math
+import sys
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -212,7 +213,7 @@ class CsvOutput(JsonOutput):
     """CSV for query results (header + rows on stdout); JSON for everything else."""
 
     def query_result(self, result: QueryResult, *, limit: int) -> None:
-        writer = csv.writer(click.get_text_stream("stdout"), lineterminator="\n")
+        writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(result.columns)
         for row in result_tuples(result.to_arrow()):
             writer.writerow([_csv_cell(v) for v in row])
