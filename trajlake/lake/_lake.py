@@ -535,10 +535,3 @@ class Lake:
     def table_names(self) -> tuple[str, ...]:
         """Names of the lake's tables."""
         return TABLES
-
-
-def describe_snapshot(lake: Lake, at: SnapshotRef) -> dict[str, Any]:
-    """A JSON-ready description of a snapshot, with the tags that name it."""
-    snap = lake.snapshot(at)
-    tags = [t.name for t in lake.tags() if t.snapshot_id == snap.snapshot_id]
-    return {**asdict(snap), "tags": tags}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -231,9 +230,3 @@ class TableStore:
     def forget_files(self) -> None:
         """Drop cached file lists (after a vacuum deleted files of expired versions)."""
         self._files.clear()
-
-    def forget(self, names: Iterable[str]) -> None:
-        """Drop cached handles (after maintenance rewrote the log)."""
-        with self._mutex:
-            for n in names:
-                self._handles.pop(n, None)
