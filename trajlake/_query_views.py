@@ -63,6 +63,30 @@ DERIVED_VIEWS: dict[str, str] = {
         FROM trajectories WHERE content_hash IS NOT NULL
         GROUP BY content_hash HAVING count(*) > 1
     """,
+    # One row per agent turn: the action (content + tool calls) and whether what came back
+    # reported an error (credit assignment works on these).
+    "turns": """
+    WITH actions AS (
+        SELECT trajectory_id, thread, turn, content, tool_calls, completion_tokens
+        FROM messages WHERE role = 'assistant' AND turn IS NOT NULL
+    ), observations AS (
+        SELECT trajectory_id, thread, turn,
+               bool_or(coalesce(is_error, false) OR coalesce(exit_code, 0) <> 0) AS is_error
+        FROM messages WHERE role <> 'assistant' AND turn IS NOT NULL
+        GROUP BY trajectory_id, thread, turn
+    )
+    SELECT a.trajectory_id, a.thread, a.turn,
+           concat_ws(chr(10),
+               nullif(a.content, ''),
+               nullif(array_to_string(list_transform(a.tool_calls,
+                   lambda c: c.name || '(' || coalesce(c.arguments, '') || ')'), chr(10)), '')
+           ) AS action_text,
+           coalesce(list_transform(a.tool_calls, lambda c: c.name), []) AS tool_names,
+           coalesce(o.is_error, false) AS is_error,
+           a.completion_tokens AS tokens
+    FROM actions a LEFT JOIN observations o
+      ON o.trajectory_id = a.trajectory_id AND o.thread = a.thread AND o.turn = a.turn
+""",
 }
 
 
@@ -70,6 +94,7 @@ VIEW_TABLES: dict[str, set[str]] = {
     "tool_calls": {"messages"},
     "outcomes": {"trajectories", "labels"},
     "duplicates": {"trajectories"},
+    "turns": {"messages"},
 }
 """Tables each derived view reads."""
 

@@ -21,6 +21,7 @@ from trajlake.cli.demo_cmd import demo
 from trajlake.cli.label_cmd import label
 from trajlake.cli.lake_cmds import init, log_cmd, maintain, schema, tag, tags, validate
 from trajlake.cli.progress import stderr_console
+from trajlake.credit.cli_cmd import credit
 
 USER_ERRORS: tuple[type[BaseException], ...] = (tl.TrajlakeError, ValueError, OSError)
 """What a user can fix: reported in one line, without a traceback."""
@@ -99,6 +100,7 @@ for command in (
     init,
     ingest,
     label,
+    credit,
     sql,
     show,
     log_cmd,

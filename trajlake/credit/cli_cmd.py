@@ -1,0 +1,123 @@
+"""The `credit` command: run a credit estimator over the lake and store the run in `credits`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
+from trajlake.cli.output import dumps
+from trajlake.credit.masks import MASK_RULES
+from trajlake.credit.runs import diagnostics, run_credit
+
+
+def parse_source_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs → keyword arguments (values parsed as JSON when they are JSON)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(
+                f"expected KEY=VALUE, got {pair!r}", param_hint="'--source-option'"
+            )
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
+
+
+@click.command("credit")
+@lake_options
+@click.option(
+    "--estimator",
+    default="outcome",
+    show_default=True,
+    metavar="NAME",
+    help="Value source: outcome, prefix-mc, group, group:rloo, value-model:<path|builtin>, judge.",
+)
+@click.option("--gamma", type=float, default=1.0, show_default=True, help="Discount γ of GAE.")
+@click.option(
+    "--lam", type=float, default=0.0, show_default=True, help="GAE λ: 0 = TD credit, 1 = MC."
+)
+@click.option("--n-step", type=int, default=None, help="Use n-step advantages instead of GAE.")
+@click.option(
+    "--mask",
+    type=click.Choice(MASK_RULES),
+    default="rise",
+    show_default=True,
+    help="Mask rule: Orchard rise segments, step rejection, first error, advantage weights, all.",
+)
+@click.option("--eps", type=float, default=0.05, show_default=True, help="ε of rise segments.")
+@click.option("--beta", type=float, default=1.0, show_default=True, help="β of advantage weights.")
+@click.option(
+    "--w-max", type=float, default=5.0, show_default=True, help="Cap of advantage weights."
+)
+@at_option
+@click.option("--where", default=None, metavar="SQL", help="Condition on `trajectories`.")
+@click.option("--name", default=None, metavar="RUN_NAME", help="Run name (default: derived).")
+@click.option(
+    "--source-option",
+    "source_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Value-source argument, repeatable (VALUE parsed as JSON when it is JSON), e.g. "
+    "min_visits=3, or base_url=... model=... for judge.",
+)
+@click.option("--diagnose", is_flag=True, help="Also compute Orchard's diagnostics of the run.")
+@output_option()
+def credit(
+    lake: LakeSpec,
+    estimator: str,
+    gamma: float,
+    lam: float,
+    n_step: int | None,
+    mask: str,
+    eps: float,
+    beta: float,
+    w_max: float,
+    at: str | None,
+    where: str | None,
+    name: str | None,
+    source_options: tuple[str, ...],
+    diagnose: bool,
+    output: str,
+) -> None:
+    """Compute per-turn values, credits, advantages and masks; store them as a credit run.
+
+    One row per turn goes to the `credits` table in one commit; re-running a stored run
+    (same name, snapshot and parameters) adds nothing. Query it with
+    `trajlake sql "SELECT * FROM credits WHERE run_name = '...'"`.
+    """
+    opened = lake.open()
+    report = run_credit(
+        opened,
+        estimator=estimator,
+        gamma=gamma,
+        lam=lam,
+        n_step=n_step,
+        mask=mask,
+        eps=eps,
+        beta=beta,
+        w_max=w_max,
+        at=at,
+        where=where,
+        name=name,
+        **parse_source_options(source_options),
+    )
+    stats = (
+        diagnostics(opened, report.run_name)
+        if diagnose and (report.turns or report.existing)
+        else None
+    )
+    if output == "json":
+        data = report.to_dict()
+        if stats is not None:
+            data["diagnostics"] = stats
+        click.echo(dumps(data))
+        return
+    click.echo(report.summary())
+    if stats is not None:
+        click.echo(" ".join(f"{k}={v}" for k, v in stats.items()))

@@ -1,0 +1,394 @@
+"""Retrospective LLM judge as a value source, with every prompt and answer cached in `calls`.
+
+The judge sees a whole trajectory and its outcome and names P(success) at a few key turns
+(Orchard's retrospective value, reference/methods.md §1.3); the rest is linearly interpolated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from trajlake.credit._judge_prompt import (
+    PROMPT_VERSION,
+    TurnContext,
+    build_messages,
+    interpolate,
+    outcome_broadcast,
+    parse_estimates,
+    response_text,
+)
+from trajlake.credit._types import TrajectoryTurns
+from trajlake.errors import TrajlakeError
+from trajlake.records import rows_for_table
+
+if TYPE_CHECKING:
+    from trajlake.lake import Lake
+
+__all__ = ["JudgeError", "JudgeReport", "JudgeValues", "cache_key"]
+
+log = logging.getLogger(__name__)
+
+ENDPOINT = "/v1/chat/completions"
+PURPOSE = "credit-judge"
+_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class JudgeError(TrajlakeError):
+    """The judge endpoint failed after all retries (check base_url, model and api key)."""
+
+
+@dataclass
+class JudgeReport:
+    """What one `values()` call did."""
+
+    trajectories: int = 0
+    """Trajectories given values (those with an outcome)."""
+    skipped: list[str] = field(default_factory=list)
+    """Trajectories without an outcome, left out."""
+    cache_hits: int = 0
+    requests: int = 0
+    """HTTP requests sent (retries included)."""
+    fallbacks: list[str] = field(default_factory=list)
+    """Trajectories whose judge answer was unusable: values are the outcome broadcast."""
+    failed: list[str] = field(default_factory=list)
+    """Trajectories whose requests failed (HTTP/transport): outcome broadcast, not cached."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    snapshot_id: int | None = None
+    """Snapshot holding the new `calls` rows (None when nothing new was stored)."""
+
+
+def cache_key(model: str, messages: Sequence[Mapping[str, str]]) -> str:
+    """sha256 over (model, prompt, prompt version): the identity of a judge question."""
+    payload = json.dumps([model, list(messages), PROMPT_VERSION], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass
+class _Outcome:
+    values: list[float]
+    calls: list[dict[str, Any]]
+    requests: int = 0
+    cache_hit: bool = False
+    fallback: bool = False
+    failed: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class JudgeValues:
+    """Value source: a retrospective LLM judge through any OpenAI-compatible endpoint.
+
+    Every request and response is stored in the lake's `calls` table, keyed by
+    `attrs.cache_key`; a repeated question is answered from the lake without a request.
+    """
+
+    name = "judge"
+
+    def __init__(
+        self,
+        lake: Lake,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        max_chars: int = 24_000,
+        timeout: float = 120.0,
+        max_retries: int = 4,
+        backoff_s: float = 1.0,
+        concurrency: int = 4,
+        observations: bool = True,
+        on_error: Literal["fallback", "raise"] = "fallback",
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Configure the judge.
+
+        Args:
+            lake: lake whose `calls` table caches the judge's questions and answers.
+            base_url: endpoint root, e.g. `http://localhost:8000` or `https://api.openai.com`
+                (a trailing `/v1` is accepted).
+            model: model name sent in each request.
+            api_key: bearer token; defaults to env `TRAJLAKE_JUDGE_API_KEY`, then `OPENAI_API_KEY`.
+            temperature: sampling temperature (0 for repeatable answers).
+            max_tokens: completion budget of each answer.
+            max_chars: character budget of the rendered trajectory (long turns cut in the middle).
+            timeout: seconds per HTTP request.
+            max_retries: retries on 429/5xx/transport errors, with exponential backoff.
+            backoff_s: first backoff delay; doubles per retry (a Retry-After header wins).
+            concurrency: parallel requests.
+            observations: show the task statement and tool observations read from the lake.
+            on_error: after exhausted retries, fall back to the outcome broadcast or raise.
+            extra_body: further request fields (e.g. `{"seed": 0}`), part of the cache key.
+        """
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self.lake = lake
+        root = base_url.rstrip("/")
+        self.url = (root[: -len("/v1")] if root.endswith("/v1") else root) + ENDPOINT
+        self.model = model
+        self.api_key = (
+            api_key or os.environ.get("TRAJLAKE_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        )
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.max_chars = max_chars
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.concurrency = concurrency
+        self.observations = observations
+        self.on_error = on_error
+        self.extra_body = dict(extra_body or {})
+        self.last_report = JudgeReport()
+
+    # Public API -------------------------------------------------------------------------------
+
+    def values(self, trajectories: Sequence[TrajectoryTurns]) -> dict[str, list[float]]:
+        """V(s_0) … V(s_T) per trajectory with an outcome; new calls go into one snapshot."""
+        report = JudgeReport()
+        todo = [t for t in trajectories if t.outcome is not None]
+        report.skipped = [t.trajectory_id for t in trajectories if t.outcome is None]
+        report.trajectories = len(todo)
+        contexts = self._contexts(todo) if self.observations else {}
+        bodies = {
+            t.trajectory_id: self.request_body(t, contexts.get((t.trajectory_id, t.thread)))
+            for t in todo
+        }
+        keys = {tid: cache_key(self.model, self._keyed(body)) for tid, body in bodies.items()}
+        cached = self._cached_responses(set(keys.values()))
+        lock = threading.Lock()
+        results: dict[str, _Outcome] = {}
+
+        def work(traj: TrajectoryTurns) -> None:
+            tid = traj.trajectory_id
+            out = self._judge(traj, bodies[tid], keys[tid], cached.get(keys[tid], []))
+            with lock:
+                results[tid] = out
+
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            for future in [pool.submit(work, t) for t in todo if t.turns]:
+                future.result()
+        values: dict[str, list[float]] = {}
+        new_calls: list[dict[str, Any]] = []
+        for traj in todo:
+            tid, outcome = traj.trajectory_id, float(traj.outcome or 0.0)
+            if not traj.turns:
+                values[tid] = [outcome]
+                continue
+            out = results[tid]
+            values[tid] = out.values
+            new_calls.extend(out.calls)
+            report.requests += out.requests
+            report.cache_hits += out.cache_hit
+            report.prompt_tokens += out.prompt_tokens
+            report.completion_tokens += out.completion_tokens
+            if out.fallback:
+                report.fallbacks.append(tid)
+            if out.failed:
+                report.failed.append(tid)
+        if new_calls:
+            result = self.lake.commit(
+                {"calls": rows_for_table("calls", new_calls)},
+                operation="judge-cache",
+                summary={"model": self.model, "calls": len(new_calls)},
+            )
+            report.snapshot_id = result.snapshot_id
+        self.last_report = report
+        if report.failed and self.on_error == "raise":
+            raise JudgeError(
+                f"judge requests to {self.url} failed for {len(report.failed)} trajectories "
+                f"(first: {report.failed[0]}); answered calls were stored, rerun to resume"
+            )
+        return values
+
+    def request_body(
+        self, traj: TrajectoryTurns, context: TurnContext | None = None
+    ) -> dict[str, Any]:
+        """The chat-completions request body of one trajectory's judge question."""
+        return {
+            "model": self.model,
+            "messages": build_messages(traj, context, max_chars=self.max_chars),
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            **self.extra_body,
+        }
+
+    # Cache ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _keyed(body: Mapping[str, Any]) -> list[dict[str, str]]:
+        # Sampling params and extra fields join the prompt in the key: they change the answer.
+        params = {k: v for k, v in body.items() if k not in ("model", "messages")}
+        messages: list[dict[str, str]] = list(body["messages"])
+        return [*messages, {"role": "params", "content": json.dumps(params, sort_keys=True)}]
+
+    def _cached_responses(self, keys: set[str]) -> dict[str, list[Any]]:
+        """Stored successful response bodies by cache key, oldest first."""
+        if not keys:
+            return {}
+        in_list = ", ".join(f"'{k}'" for k in sorted(keys))  # hex digests: safe to inline
+        rows = self.lake.sql(
+            "SELECT json_extract_string(attrs, '$.cache_key') AS key, response FROM calls "
+            f"WHERE json_extract_string(attrs, '$.purpose') = '{PURPOSE}' "
+            f"AND json_extract_string(attrs, '$.cache_key') IN ({in_list}) "
+            "AND status_code = 200 ORDER BY started_at, call_id"
+        ).to_dicts()
+        out: dict[str, list[Any]] = {}
+        for row in rows:
+            body = json.loads(row["response"]) if row["response"] else None
+            out.setdefault(row["key"], []).append(body)
+        return out
+
+    def _contexts(self, todo: Sequence[TrajectoryTurns]) -> dict[tuple[str, str], TurnContext]:
+        """Task statement and observations per (trajectory, thread), read from `messages`."""
+        if not todo:
+            return {}
+        unique = sorted({t.trajectory_id for t in todo})
+        ids = ", ".join("'" + tid.replace("'", "''") + "'" for tid in unique)
+        rows = self.lake.sql(
+            "SELECT trajectory_id, thread, idx, turn, role, content FROM messages "
+            f"WHERE trajectory_id IN ({ids}) AND role IN ('user', 'tool') "
+            "AND NOT is_copied_context ORDER BY trajectory_id, thread, idx"
+        ).to_dicts()
+        tasks: dict[tuple[str, str], str] = {}
+        obs: dict[tuple[str, str], dict[int, list[str]]] = {}
+        for row in rows:
+            key, text = (row["trajectory_id"], row["thread"]), row["content"] or ""
+            if row["turn"] is None:
+                if row["role"] == "user" and key not in tasks:
+                    tasks[key] = text
+            else:
+                obs.setdefault(key, {}).setdefault(int(row["turn"]), []).append(text)
+        return {
+            key: TurnContext(
+                task=tasks.get(key),
+                observations={t: "\n".join(v) for t, v in obs.get(key, {}).items()},
+            )
+            for key in set(tasks) | set(obs)
+        }
+
+    # One trajectory ---------------------------------------------------------------------------
+
+    def _judge(
+        self, traj: TrajectoryTurns, body: dict[str, Any], key: str, cached: list[Any]
+    ) -> _Outcome:
+        n, outcome = len(traj.turns), float(traj.outcome or 0.0)
+        for hit in cached:
+            estimates = self._estimates(hit, n)
+            if estimates is not None:
+                return _Outcome(interpolate(estimates, n, outcome), [], cache_hit=True)
+        if cached:  # answered before, unusably every time: the same fallback, no new request
+            return _Outcome(outcome_broadcast(n, outcome), [], cache_hit=True, fallback=True)
+        out = _Outcome(outcome_broadcast(n, outcome), [])
+        for attempt in range(2):  # an unusable answer is asked again once
+            row, requests = self._call(traj, body, key, seq=attempt)
+            out.requests += requests
+            out.calls.append(row)
+            out.prompt_tokens += row["prompt_tokens"] or 0
+            out.completion_tokens += row["completion_tokens"] or 0
+            if row["status_code"] != 200:
+                out.failed = True
+                log.warning("judge failed for %s: %s", traj.trajectory_id, row["error"])
+                return out
+            estimates = self._estimates(row["response"], n)
+            if estimates is not None:
+                out.values = interpolate(estimates, n, outcome)
+                return out
+            log.info("unusable judge answer for %s (attempt %d)", traj.trajectory_id, attempt + 1)
+        out.fallback = True
+        log.warning("judge answers for %s unusable; outcome broadcast", traj.trajectory_id)
+        return out
+
+    @staticmethod
+    def _estimates(body: Any, n_turns: int) -> dict[int, float] | None:
+        text = response_text(body)
+        return parse_estimates(text, n_turns) if text is not None else None
+
+    def _call(
+        self, traj: TrajectoryTurns, body: dict[str, Any], key: str, seq: int
+    ) -> tuple[dict[str, Any], int]:
+        """POST with retries; returns the `calls` row of the last attempt and the request count."""
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        status: int | None = None
+        error: str | None = None
+        response: Any = None
+        started = datetime.now(UTC)
+        latency = 0.0
+        requests = 0
+        for attempt in range(self.max_retries + 1):
+            started, t0 = datetime.now(UTC), time.perf_counter()
+            requests += 1
+            retry_after: float | None = None
+            try:
+                request = urllib.request.Request(self.url, data=data, headers=headers)
+                with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+                    status, raw = resp.status, resp.read()
+                response, error = json.loads(raw), None
+            except urllib.error.HTTPError as e:
+                status, error = e.code, f"HTTP {e.code}: {e.read()[:500].decode(errors='replace')}"
+                retry_after = _retry_after(e.headers.get("Retry-After"))
+                response = None
+            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as e:
+                status, error, response = None, f"{type(e).__name__}: {e}", None
+            latency = (time.perf_counter() - t0) * 1000
+            retryable = status is None or status in _RETRY_STATUS
+            if error is None or not retryable or attempt == self.max_retries:
+                break
+            delay = self.backoff_s * 2**attempt * (1 + 0.1 * random.random())
+            time.sleep(min(retry_after if retry_after is not None else delay, 60.0))
+        usage = response.get("usage") if isinstance(response, dict) else None
+        usage = usage if isinstance(usage, dict) else {}
+        row = {
+            "call_id": uuid.uuid4().hex,
+            "trajectory_id": traj.trajectory_id,
+            "thread": traj.thread,
+            "seq": seq,
+            "dialect": "chat",
+            "endpoint": ENDPOINT,
+            "model": self.model,
+            "request_params": body,
+            "response": response,
+            "stream": False,
+            "status_code": status,
+            "error": error,
+            "started_at": started,
+            "latency_ms": latency,
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "attrs": {
+                "purpose": PURPOSE,
+                "cache_key": key,
+                "prompt_version": PROMPT_VERSION,
+                "attempts": requests,
+                "outcome": traj.outcome,
+            },
+        }
+        return row, requests
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(float(value), 0.0) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,375 @@
+"""Credit runs: compute values → credits/advantages → masks/weights and store them in `credits`.
+
+One run writes one row per turn in one commit (a new snapshot), remembering the snapshot it read
+(`source_snapshot`) and its parameters, so runs are versioned, queryable and coexist by name.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trajlake.credit._types import TrajectoryTurns
+from trajlake.credit.estimators import gae, n_step_advantages, td_credits
+from trajlake.credit.masks import (
+    MASK_RULES,
+    TurnMasks,
+    advantage_weights,
+    all_turns,
+    first_error,
+    rise,
+    step_reject,
+)
+from trajlake.credit.turns import load_turns
+from trajlake.credit.values import AdvantageSource, value_source
+from trajlake.errors import TrajlakeError
+from trajlake.records import rows_for_table
+
+if TYPE_CHECKING:
+    from trajlake.lake._lake import Lake, SnapshotRef
+
+
+@dataclass
+class CreditRunReport:
+    """What a credit run computed and stored."""
+
+    run_name: str
+    estimator: str
+    params: dict[str, Any]
+    source_snapshot: int
+    snapshot: int
+    """Snapshot holding the run (the head when nothing new was written)."""
+    trajectories: int = 0
+    skipped: int = 0
+    """Trajectories left out because the value source gave them no values (no outcome)."""
+    turns: int = 0
+    rows_added: int = 0
+    kept_turns: int = 0
+    existing: bool = False
+    """The run was already stored with the same snapshot and parameters: nothing was added."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-able dict."""
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line for people."""
+        state = "already stored" if self.existing else f"{self.rows_added} rows added"
+        return (
+            f"credit run {self.run_name!r} ({self.estimator}) on snapshot {self.source_snapshot}: "
+            f"{self.trajectories} trajectories, {self.turns} turns, {self.kept_turns} kept, "
+            f"{self.skipped} skipped without values; {state} (snapshot {self.snapshot})"
+        )
+
+
+_UNRECORDED = frozenset({"lake", "api_key"})
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _masks(
+    rule: str,
+    traj: TrajectoryTurns,
+    credits: Sequence[float],
+    advantages: Sequence[float],
+    eps: float,
+    beta: float,
+    w_max: float,
+) -> TurnMasks:
+    if rule == "rise":
+        return rise(credits, eps, resolved=traj.outcome is not None and traj.outcome >= 1.0)
+    if rule == "step-reject":
+        bad = [turn.is_error or c < -eps for turn, c in zip(traj.turns, credits, strict=True)]
+        return step_reject(bad)
+    if rule == "first-error":
+        return first_error([turn.is_error for turn in traj.turns])
+    if rule == "advantage":
+        return advantage_weights(advantages, beta, w_max)
+    return all_turns(len(traj.turns))
+
+
+def credit_rows(
+    trajectories: Sequence[TrajectoryTurns],
+    values: dict[str, list[float]],
+    *,
+    run_name: str,
+    estimator: str,
+    params: dict[str, Any],
+    group_advantages: dict[str, float] | None,
+    source_snapshot: int | None,
+) -> list[dict[str, Any]]:
+    """`credits` rows (one per turn) for the trajectories that have values."""
+    gamma, lam, n_step = params["gamma"], params["lam"], params["n_step"]
+    now = dt.datetime.now(dt.timezone.utc)
+    rows: list[dict[str, Any]] = []
+    for traj in trajectories:
+        curve = values.get(traj.trajectory_id)
+        if curve is None:
+            continue
+        if len(curve) != len(traj.turns) + 1:
+            raise TrajlakeError(
+                f"value source {estimator!r} gave {len(curve)} values for trajectory "
+                f"{traj.trajectory_id!r} with {len(traj.turns)} turns (expected T + 1)"
+            )
+        credits = td_credits(curve)
+        if group_advantages is not None:
+            adv = [group_advantages[traj.trajectory_id]] * len(traj.turns)
+        elif n_step is not None:
+            adv = n_step_advantages(curve, n_step, gamma)
+        else:
+            adv = gae(curve, gamma, lam)
+        masks = _masks(
+            params["mask"], traj, credits, adv, params["eps"], params["beta"], params["w_max"]
+        )
+        for t, turn in enumerate(traj.turns):
+            rows.append(
+                {
+                    "run_name": run_name,
+                    "trajectory_id": traj.trajectory_id,
+                    "thread": traj.thread,
+                    "turn": turn.turn,
+                    "estimator": estimator,
+                    "params": params,
+                    "value_before": curve[t],
+                    "value_after": curve[t + 1],
+                    "credit": credits[t],
+                    "advantage": adv[t],
+                    "weight": masks.weight[t],
+                    "mask": masks.mask[t],
+                    "segment_id": masks.segment_id[t],
+                    "source_snapshot": source_snapshot,
+                    "created_at": now,
+                }
+            )
+    return rows
+
+
+def run_credit(
+    lake: Lake,
+    *,
+    estimator: str = "outcome",
+    gamma: float = 1.0,
+    lam: float = 0.0,
+    n_step: int | None = None,
+    mask: str = "rise",
+    eps: float = 0.05,
+    beta: float = 1.0,
+    w_max: float = 5.0,
+    at: SnapshotRef = None,
+    where: str | None = None,
+    thread: str | None = "main",
+    name: str | None = None,
+    **source_kw: Any,
+) -> CreditRunReport:
+    """Compute per-turn credit with a value source and store it as a run in `credits`.
+
+    Args:
+        lake: The lake (read at `at`, written at its head).
+        estimator: Value source name (`value_source`): outcome, prefix-mc, group, group:rloo,
+            value-model:<path|builtin>, judge.
+        gamma, lam: GAE(γ, λ) for the `advantage` column (λ = 0: TD credit, λ = 1: MC).
+        n_step: Use n-step advantages G_t^(n) − V(s_t) instead of GAE.
+        mask: rise | step-reject | first-error | advantage | all (rise keeps every turn of
+            trajectories with outcome >= 1, i.e. resolved).
+        eps: ε of rise segments (and of step-reject's c_t < −ε rule).
+        beta, w_max: Advantage weights clip(exp(A/β), 0, w_max) for mask='advantage'.
+        at, where, thread: Snapshot, SQL condition on `trajectories`, thread to read.
+        name: Run name; default `<estimator>-<mask>-s<snapshot>-<hash of params>`.
+        **source_kw: Keyword arguments of the value source.
+
+    Group sources (`group`, `group:rloo`) put their per-rollout advantage in `advantage`.
+    Re-running a stored run (same name, snapshot and parameters) adds nothing; the same name
+    with another snapshot or other parameters is an error.
+    """
+    if mask not in MASK_RULES:
+        raise ValueError(f"unknown mask rule {mask!r}; known: {', '.join(MASK_RULES)}")
+    if n_step is not None and n_step < 1:
+        raise ValueError(f"n_step must be >= 1, got {n_step}")
+    snap = input_snapshot(lake, at)
+    # Secrets and live objects stay out of the stored parameters.
+    recorded = {k: v for k, v in source_kw.items() if k not in _UNRECORDED}
+    params: dict[str, Any] = _jsonable(
+        {
+            "gamma": gamma,
+            "lam": lam,
+            "n_step": n_step,
+            "mask": mask,
+            "eps": eps,
+            "beta": beta,
+            "w_max": w_max,
+            "where": where,
+            "thread": thread,
+            "source": recorded,
+        }
+    )
+    digest = hashlib.sha256(json.dumps([estimator, params], sort_keys=True).encode()).hexdigest()
+    run_name = name or f"{estimator}-{mask}-s{snap}-{digest[:8]}"
+    report = CreditRunReport(run_name, estimator, params, snap, lake.snapshot().snapshot_id)
+    if _stored_run_matches(lake, run_name, estimator, params, snap):
+        report.existing = True
+        return report
+    if estimator == "judge":
+        source_kw.setdefault("lake", lake)  # the judge caches its calls in the lake
+    source = value_source(estimator, **source_kw)
+    trajectories = load_turns(lake, at=snap, where=where, thread=thread)
+    values = source.values(trajectories)
+    group_adv = source.advantages(trajectories) if isinstance(source, AdvantageSource) else None
+    rows = credit_rows(
+        trajectories,
+        values,
+        run_name=run_name,
+        estimator=estimator,
+        params=params,
+        group_advantages=group_adv,
+        source_snapshot=snap,
+    )
+    report.trajectories = sum(1 for t in trajectories if t.trajectory_id in values)
+    report.skipped = len(trajectories) - report.trajectories
+    report.turns = len(rows)
+    report.kept_turns = sum(1 for r in rows if r["mask"])
+    if rows:
+        summary = {"run_name": run_name, "estimator": estimator, "rows": len(rows)}
+        result = lake.commit(
+            {"credits": rows_for_table("credits", rows)}, operation="credit", summary=summary
+        )
+        report.rows_added = result.added.get("credits", 0)
+        report.snapshot = result.snapshot_id
+    return report
+
+
+INPUT_TABLES = ("trajectories", "messages", "labels")
+"""Tables a credit run reads; snapshots that differ only elsewhere hold the same input."""
+
+
+def input_snapshot(lake: Lake, at: SnapshotRef = None) -> int:
+    """The snapshot a run at `at` reads, as the first snapshot with the same input tables.
+
+    Commits that touch only other tables (credit runs, scores) do not change a run's input,
+    so re-running at the head after a credit commit names the same source snapshot.
+    """
+    target = lake.snapshot(at)
+    key = [target.tables.get(t) for t in INPUT_TABLES]
+    earliest = target.snapshot_id
+    for snap in reversed(lake.snapshots()):
+        if snap.snapshot_id > target.snapshot_id:
+            continue
+        if [snap.tables.get(t) for t in INPUT_TABLES] != key:
+            break
+        earliest = snap.snapshot_id
+    return earliest
+
+
+def _stored_run_matches(
+    lake: Lake, run_name: str, estimator: str, params: dict[str, Any], snap: int
+) -> bool:
+    stored = lake.sql(
+        "SELECT DISTINCT estimator, params, source_snapshot FROM credits "
+        f"WHERE run_name = {_quote(run_name)}"
+    ).to_dicts()
+    if not stored:
+        return False
+    for row in stored:
+        same_params = row["params"] is not None and json.loads(row["params"]) == params
+        if row["estimator"] != estimator or not same_params or row["source_snapshot"] != snap:
+            raise TrajlakeError(
+                f"credit run {run_name!r} already exists with other parameters or another "
+                "source snapshot; pick another --name"
+            )
+    return True
+
+
+def list_credit_runs(lake: Lake, *, at: SnapshotRef = None) -> list[dict[str, Any]]:
+    """The credit runs stored at a snapshot: name, estimator, params, source snapshot, counts."""
+    rows = lake.sql(
+        "SELECT run_name, any_value(estimator) AS estimator, any_value(params) AS params, "
+        "any_value(source_snapshot) AS source_snapshot, "
+        "count(DISTINCT trajectory_id) AS trajectories, count(*) AS turns, "
+        "count(*) FILTER (WHERE mask) AS kept_turns, min(created_at) AS created_at "
+        "FROM credits GROUP BY run_name ORDER BY run_name",
+        at=at,
+    ).to_dicts()
+    for row in rows:
+        row["params"] = json.loads(row["params"]) if row["params"] else None
+    return rows
+
+
+def diagnostics(lake: Lake, run_name: str, *, at: SnapshotRef = None) -> dict[str, Any]:
+    """Orchard's diagnostics of a run (over unresolved trajectories unless said otherwise).
+
+    - `inverted_u`: share of unresolved trajectories with ≥ 2 turns whose value curve
+      V(s_0) … V(s_T) peaks strictly above both ends at an interior state;
+    - `median_segment_length`: median length (turns) of the kept segments;
+    - `with_segment`: share of unresolved trajectories with ≥ 1 kept turn;
+    - `tokens_kept`: kept completion tokens / all completion tokens, over every trajectory
+      (None when no token counts are stored); `turns_kept` the same over turns.
+    """
+    rows = lake.sql(
+        "SELECT trajectory_id, thread, turn, value_before, value_after, mask, segment_id, "
+        f"source_snapshot FROM credits WHERE run_name = {_quote(run_name)} "
+        "ORDER BY trajectory_id, thread, turn",
+        at=at,
+    ).to_dicts()
+    if not rows:
+        raise TrajlakeError(f"no credit run named {run_name!r} at this snapshot")
+    snap = rows[0]["source_snapshot"]
+    by_traj: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_traj[(row["trajectory_id"], row["thread"])].append(row)
+    resolved_ids = {
+        r["trajectory_id"]
+        for r in lake.sql("SELECT trajectory_id FROM outcomes WHERE resolved", at=snap).to_dicts()
+    }
+    tokens = {
+        (r["trajectory_id"], r["thread"], r["turn"]): r["completion_tokens"]
+        for r in lake.sql(
+            "SELECT trajectory_id, thread, turn, completion_tokens FROM messages "
+            "WHERE role = 'assistant' AND turn IS NOT NULL",
+            at=snap,
+        ).to_dicts()
+    }
+    unresolved = [v for (tid, _), v in by_traj.items() if tid not in resolved_ids]
+    curves = [
+        [r["value_before"] for r in v] + [v[-1]["value_after"]] for v in unresolved if len(v) >= 2
+    ]
+    inverted = sum(1 for c in curves if None not in c and _inverted_u(c))
+    lengths = [
+        sum(1 for r in v if r["segment_id"] == s)
+        for v in unresolved
+        for s in {r["segment_id"] for r in v if r["segment_id"] is not None and r["mask"]}
+    ]
+    known = [(tokens.get((r["trajectory_id"], r["thread"], r["turn"])), r["mask"]) for r in rows]
+    total_tokens = sum(t for t, _ in known if t is not None)
+    return {
+        "run_name": run_name,
+        "trajectories": len(by_traj),
+        "unresolved": len(unresolved),
+        "inverted_u": inverted / len(curves) if curves else None,
+        "median_segment_length": statistics.median(lengths) if lengths else None,
+        "with_segment": (
+            sum(1 for v in unresolved if any(r["mask"] for r in v)) / len(unresolved)
+            if unresolved
+            else None
+        ),
+        "tokens_kept": (
+            sum(t for t, m in known if t is not None and m) / total_tokens if total_tokens else None
+        ),
+        "turns_kept": sum(1 for r in rows if r["mask"]) / len(rows),
+    }
+
+
+def _inverted_u(curve: Sequence[float]) -> bool:
+    peak = max(range(len(curve)), key=lambda i: (curve[i], -i))
+    return 0 < peak < len(curve) - 1 and curve[peak] > curve[0] and curve[peak] > curve[-1]
