@@ -22,6 +22,7 @@ from trajlake.cli.label_cmd import label
 from trajlake.cli.lake_cmds import init, log_cmd, maintain, schema, tag, tags, validate
 from trajlake.cli.progress import stderr_console
 from trajlake.credit.cli_cmd import credit
+from trajlake.credit.eval_cmd import credit_eval
 
 USER_ERRORS: tuple[type[BaseException], ...] = (tl.TrajlakeError, ValueError, OSError)
 """What a user can fix: reported in one line, without a traceback."""
@@ -101,6 +102,7 @@ for command in (
     ingest,
     label,
     credit,
+    credit_eval,
     sql,
     show,
     log_cmd,
