@@ -7,6 +7,7 @@ from typing import cast, get_args
 import click
 
 from trajlake.cli.export_atif_cmd import atif
+from trajlake.cli.export_sft_cmd import sft
 from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
 from trajlake.cli.output import make_output
 from trajlake.cli.progress import progress_for
@@ -180,3 +181,4 @@ def export_jsonl_cmd(
 
 
 export_group.add_command(atif)
+export_group.add_command(sft)

@@ -1,0 +1,126 @@
+"""`trajlake export sft`: SFT datasets (openai, trl, sharegpt, axolotl, tokenized) + manifest."""
+
+from __future__ import annotations
+
+import click
+
+from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
+from trajlake.cli.output import JsonOutput
+from trajlake.cli.progress import progress_for
+from trajlake.credit.masks import MASK_RULES
+from trajlake.export._sft_formats import SFT_FORMATS
+
+
+@click.command("sft")
+@click.argument("out", metavar="OUT")
+@lake_options
+@at_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(SFT_FORMATS),
+    required=True,
+    help="openai (fine-tuning JSONL), trl (SFTTrainer), sharegpt (LLaMA-Factory), axolotl, "
+    "tokenized (input_ids/labels/loss_weight; needs --tokenizer).",
+)
+@click.option(
+    "--where",
+    default=None,
+    metavar="SQL",
+    help="SQL condition on the trajectories table, e.g. \"resolved AND stage = 'eval'\".",
+)
+@click.option(
+    "--credit",
+    default=None,
+    metavar="RUN_NAME",
+    help="Credit run whose weight×mask weights the assistant turns (default: every turn 1.0).",
+)
+@click.option(
+    "--mask",
+    type=click.Choice(MASK_RULES),
+    default=None,
+    help="Mask rule the --credit run must have been computed with (checked, not recomputed).",
+)
+@click.option(
+    "--min-weight",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Turns weighted below this are not trained.",
+)
+@click.option("--tokenizer", default=None, metavar="NAME_OR_PATH", help="HF tokenizer (tokenized).")
+@click.option(
+    "--max-tokens", type=click.IntRange(min=1), default=None, help="Longest sample (tokenized)."
+)
+@click.option(
+    "--val-frac",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="Share of tasks (never single trajectories) written to val.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the task split.")
+@click.option(
+    "--shard-size",
+    "shard_mb",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=100.0,
+    show_default=True,
+    metavar="MB",
+    help="Start a new shard after about this many MB.",
+)
+@click.option(
+    "--allow-untrained",
+    is_flag=True,
+    help="Keep samples with no trained turn instead of failing the export.",
+)
+@output_option()
+def sft(
+    out: str,
+    lake: LakeSpec,
+    at: str | None,
+    fmt: str,
+    where: str | None,
+    credit: str | None,
+    mask: str | None,
+    min_weight: float,
+    tokenizer: str | None,
+    max_tokens: int | None,
+    val_frac: float,
+    seed: int,
+    shard_mb: float,
+    allow_untrained: bool,
+    output: str,
+) -> None:
+    """Write an SFT dataset to the folder OUT (a path or URL): train/val shards + manifest.json.
+
+    Splits are by task, seeded; reruns with the same arguments on the same snapshot write
+    byte-identical files. The export fails if a sample has no trained turn (see
+    --allow-untrained) or its weights differ from the credit run.
+    """
+    from trajlake.export.sft import export_sft
+
+    try:
+        report = export_sft(
+            lake.open(),
+            out,
+            format=fmt,
+            at=at,
+            where=where,
+            credit=credit,
+            mask=mask,
+            min_weight=min_weight,
+            tokenizer=tokenizer,
+            max_tokens=max_tokens,
+            val_frac=val_frac,
+            seed=seed,
+            shard_mb=shard_mb,
+            allow_untrained=allow_untrained,
+            progress=progress_for("items"),
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
+    if output == "json":
+        JsonOutput().emit(report.to_dict())
+    else:
+        click.echo(report.summary())

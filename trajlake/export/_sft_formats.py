@@ -1,0 +1,125 @@
+"""SFT row formats: one function per trainer's dataset shape, from an `SftConversation`.
+
+Every function returns a JSON-ready dict with a fixed key order (so output bytes are stable).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Literal
+
+from trajlake.export._sft_select import SftConversation
+
+TextFormat = Literal["openai", "trl", "sharegpt", "axolotl"]
+SftFormat = Literal["openai", "trl", "sharegpt", "axolotl", "tokenized"]
+SFT_FORMATS: tuple[str, ...] = ("openai", "trl", "sharegpt", "axolotl", "tokenized")
+
+
+def _weight(w: float | None) -> float:
+    return 0.0 if w is None else float(w)
+
+
+def to_openai(conv: SftConversation) -> dict[str, Any]:
+    """OpenAI chat fine-tuning row: `messages` (+ `tools`), a 0/1 `weight` on each assistant.
+
+    The fine-tuning API takes only a binary weight, so any positive weight becomes 1. It
+    rejects keys it does not know, so assistant `reasoning` and tool-message `name` are left out.
+    """
+    messages = []
+    for m, w in zip(conv.messages, conv.weights, strict=True):
+        out = {k: v for k, v in m.items() if k not in ("reasoning", "name")}
+        if m["role"] == "assistant":
+            out["weight"] = 1 if _weight(w) > 0 else 0
+        messages.append(out)
+    return {"messages": messages, "tools": conv.tools}
+
+
+def to_trl(conv: SftConversation) -> dict[str, Any]:
+    """TRL SFTTrainer conversational row: `messages` and `tools` as its chat template takes them.
+
+    `message_weights` (one float per message, 0.0 for messages not trained) is a side column
+    for a weighted-loss collator; SFTTrainer itself ignores columns it does not use.
+    """
+    return {
+        "messages": conv.messages,
+        "tools": conv.tools,
+        "message_weights": [_weight(w) for w in conv.weights],
+        "trajectory_id": conv.trajectory_id,
+    }
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _function_call(m: dict[str, Any]) -> str:
+    calls = [
+        {"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}
+        for c in m["tool_calls"]
+    ]
+    return json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
+
+
+def to_sharegpt(conv: SftConversation) -> dict[str, Any]:
+    """LLaMA-Factory ShareGPT row with tool roles: `conversations`, `tools` (a JSON string).
+
+    Roles: system, human, gpt, function_call (an assistant turn that calls tools: its value is
+    the call, or a list of calls, as JSON; the turn's text is not carried, as the format has no
+    place for it) and observation (tool results; consecutive ones merge into one, because the
+    format alternates human/observation with gpt/function_call). `weights` is aligned with
+    `conversations` (0.0 where not trained).
+    """
+    turns: list[dict[str, str]] = []
+    weights: list[float] = []
+    for m, w in zip(conv.messages, conv.weights, strict=True):
+        role = m["role"]
+        if role == "tool" and turns and turns[-1]["from"] == "observation":
+            turns[-1]["value"] += "\n" + m["content"]
+            continue
+        if role == "assistant":
+            tag, value = (
+                ("function_call", _function_call(m))
+                if m.get("tool_calls")
+                else ("gpt", m["content"])
+            )
+        else:
+            tag = {"system": "system", "user": "human", "tool": "observation"}[role]
+            value = m["content"]
+        turns.append({"from": tag, "value": value})
+        weights.append(_weight(w))
+    return {
+        "conversations": turns,
+        "tools": json.dumps(conv.tools, ensure_ascii=False),
+        "weights": weights,
+        "trajectory_id": conv.trajectory_id,
+    }
+
+
+def to_axolotl(conv: SftConversation) -> dict[str, Any]:
+    """Axolotl `chat_template` row: `messages` each with a `weight` and a `train` flag, `tools`.
+
+    Point the dataset's message training field at `train` to train on exactly the weighted
+    assistant turns.
+    """
+    messages = [
+        {**m, "weight": _weight(w), "train": _weight(w) > 0}
+        for m, w in zip(conv.messages, conv.weights, strict=True)
+    ]
+    return {"messages": messages, "tools": conv.tools, "trajectory_id": conv.trajectory_id}
+
+
+FORMATTERS: dict[str, Callable[[SftConversation], dict[str, Any]]] = {
+    "openai": to_openai,
+    "trl": to_trl,
+    "sharegpt": to_sharegpt,
+    "axolotl": to_axolotl,
+}
+
+
+def encode_row(row: dict[str, Any]) -> str:
+    """One JSONL line: insertion key order, UTF-8 as is."""
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
