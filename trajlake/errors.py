@@ -79,6 +79,34 @@ class FormatDetectionError(TrajlakeError):
     """The input's format could not be detected; pass `--format` explicitly."""
 
 
+class NoSuchCreditRun(TrajlakeError):
+    """No credit run has this name at the snapshot read."""
+
+
+class MaskRuleMismatch(TrajlakeError):
+    """The mask rule asked for is not the one the credit run stored its masks with."""
+
+
+class SftSelfCheckFailed(TrajlakeError):
+    """An SFT export failed one of its self-checks; the message names the sample and the fix."""
+
+
+class JudgeError(TrajlakeError):
+    """The judge endpoint failed after all retries (check base_url, model and api key)."""
+
+
+class LabelFormatError(TrajlakeError):
+    """A label file is not in the format it was read as."""
+
+
+class ChatTemplateError(TrajlakeError):
+    """The chat template cannot render a conversation or locate its assistant turns."""
+
+
+class MaskVerificationError(TrajlakeError):
+    """A tokenized sample's loss mask does not match the conversation's trained assistant turns."""
+
+
 def missing_extra(package: str, extra: str) -> MissingExtra:
     """Build the error for a missing optional dependency, with the exact install command."""
     return MissingExtra(

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import trajlake as tl
-from trajlake.credit.eval_cmd import credit_eval
+from trajlake.cli.credit_eval_cmd import credit_eval
 from trajlake.credit.evaluate import (
     detection,
     evaluate_credit,

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import trajlake as tl
-from trajlake.credit.cli_cmd import credit
+from trajlake.cli.credit_cmd import credit
 from trajlake.credit.runs import diagnostics, list_credit_runs, run_credit
 from trajlake.credit.turns import load_turns
 from trajlake.credit.values import OutcomeValues

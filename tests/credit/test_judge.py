@@ -16,7 +16,8 @@ from trajlake.credit._judge_prompt import (
     parse_estimates,
     truncate_middle,
 )
-from trajlake.credit.judge import JudgeError, JudgeValues, cache_key
+from trajlake.credit.judge import JudgeValues, cache_key
+from trajlake.errors import JudgeError
 from trajlake.sample import sample_trajectories
 
 N_TRAJ = 4

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,8 +11,8 @@ from click.testing import CliRunner
 import trajlake as tl
 from trajlake.cli.export_sft_cmd import sft
 from trajlake.credit import run_credit
-from trajlake.export._sft_select import NoSuchCreditRun
-from trajlake.export.sft import SftSelfCheckFailed, export_sft
+from trajlake.errors import NoSuchCreditRun, SftSelfCheckFailed
+from trajlake.export.sft import export_sft
 from trajlake.sample import sample_trajectories
 
 
@@ -172,12 +171,9 @@ def test_cli(credited: tl.Lake, tmp_path: Path) -> None:
     assert isinstance(failed.exception, SftSelfCheckFailed)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("trajlake.export.tokenize") is None,
-    reason="trajlake.export.tokenize (the tokenized format) is not in this checkout yet",
-)
 def test_tokenized(credited: tl.Lake, tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    import pyarrow.parquet as pq
+
     from trajlake.testing_tokenizer import tiny_chat_tokenizer
 
     tokenizer = tiny_chat_tokenizer(tmp_path / "tok")
@@ -194,7 +190,16 @@ def test_tokenized(credited: tl.Lake, tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert manifest["tokenizer"] == str(tmp_path / "tok")
     assert manifest["chat_template_sha256"] and tokenizer.chat_template
-    first = rows(tmp_path / "a" / "train-00000.jsonl")[0]
-    assert {"input_ids", "labels", "loss_weight", "attention_mask"} <= set(first)
-    a = (tmp_path / "a" / "train-00000.jsonl").read_bytes()
-    assert a == (tmp_path / "b" / "train-00000.jsonl").read_bytes()
+    table = pq.read_table(tmp_path / "a" / "train-00000.parquet")
+    assert table.column_names == [
+        "trajectory_id", "sample_index", "input_ids", "labels", "loss_weight", "attention_mask"
+    ]  # fmt: skip
+    first = table.slice(0, 1).to_pylist()[0]
+    assert len(first["input_ids"]) == len(first["labels"]) == len(first["loss_weight"])
+    trained = [w > 0 for w in first["loss_weight"]]
+    assert any(trained) and not all(trained)
+    assert all((lab == -100) == (not t) for lab, t in zip(first["labels"], trained, strict=True))
+    a = (tmp_path / "a" / "train-00000.parquet").read_bytes()
+    assert a == (tmp_path / "b" / "train-00000.parquet").read_bytes()
+    files = manifest["splits"]["train"]["files"]
+    assert files[0]["path"] == "train-00000.parquet" and files[0]["bytes"] == len(a)

@@ -1,4 +1,4 @@
-"""Tokenized SFT export: assistant masks without `{% generation %}`, fast path vs prefix rendering."""
+"""Tokenized SFT export: assistant masks without `{% generation %}`, fast path vs reference."""
 
 from __future__ import annotations
 
@@ -9,16 +9,14 @@ from typing import Any
 
 import pytest
 
-from trajlake.errors import TrajlakeError
+from trajlake.errors import ChatTemplateError, MaskVerificationError, TrajlakeError
 from trajlake.export._chat_render import (
-    ChatTemplateError,
     assistant_spans,
     fast_spans,
     render_conversation,
     render_text,
 )
 from trajlake.export.tokenize import (
-    MaskVerificationError,
     TokenizedStats,
     chat_template_hash,
     tokenize_conversations,
@@ -220,7 +218,9 @@ def test_non_prefix_stable_template_raises() -> None:
         render_conversation(tok, messages, [None, 1.0, None, 1.0], method="reference")
 
 
-def test_split_long_conversations_at_turn_boundaries(tok: Any, convs: list[ChatConversation]) -> None:
+def test_split_long_conversations_at_turn_boundaries(
+    tok: Any, convs: list[ChatConversation]
+) -> None:
     conv = max(convs, key=lambda c: len(c.messages))
     full = next(tokenize_conversations(tok, [conv]))
     n_full = len(full["input_ids"])

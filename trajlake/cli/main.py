@@ -16,13 +16,13 @@ import click
 from rich.logging import RichHandler
 
 import trajlake as tl
+from trajlake.cli.credit_cmd import credit
+from trajlake.cli.credit_eval_cmd import credit_eval
 from trajlake.cli.data_cmds import export_group, ingest, show, sql
 from trajlake.cli.demo_cmd import demo
 from trajlake.cli.label_cmd import label
 from trajlake.cli.lake_cmds import init, log_cmd, maintain, schema, tag, tags, validate
 from trajlake.cli.progress import stderr_console
-from trajlake.credit.cli_cmd import credit
-from trajlake.credit.eval_cmd import credit_eval
 
 USER_ERRORS: tuple[type[BaseException], ...] = (tl.TrajlakeError, ValueError, OSError)
 """What a user can fix: reported in one line, without a traceback."""

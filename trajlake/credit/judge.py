@@ -32,7 +32,7 @@ from trajlake.credit._judge_prompt import (
     response_text,
 )
 from trajlake.credit._types import TrajectoryTurns
-from trajlake.errors import TrajlakeError
+from trajlake.errors import JudgeError
 from trajlake.records import rows_for_table
 
 if TYPE_CHECKING:
@@ -45,10 +45,6 @@ log = logging.getLogger(__name__)
 ENDPOINT = "/v1/chat/completions"
 PURPOSE = "credit-judge"
 _RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-
-
-class JudgeError(TrajlakeError):
-    """The judge endpoint failed after all retries (check base_url, model and api key)."""
 
 
 @dataclass

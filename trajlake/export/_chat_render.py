@@ -22,13 +22,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from trajlake.errors import TrajlakeError
+from trajlake.errors import ChatTemplateError
 
 logger = logging.getLogger(__name__)
-
-
-class ChatTemplateError(TrajlakeError):
-    """The chat template cannot render a conversation or locate its assistant turns."""
 
 
 # Private-use code points: no tokenizer vocabulary or real conversation should contain them.

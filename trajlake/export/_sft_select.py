@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from trajlake.errors import TrajlakeError
+from trajlake.errors import MaskRuleMismatch, NoSuchCreditRun, TrajlakeError
 from trajlake.export.jsonl import iter_canonical
 
 if TYPE_CHECKING:
@@ -24,14 +24,6 @@ logger = logging.getLogger(__name__)
 Split = Literal["train", "val"]
 
 _CHUNK = 500
-
-
-class NoSuchCreditRun(TrajlakeError):
-    """No credit run has this name at the snapshot read."""
-
-
-class MaskRuleMismatch(TrajlakeError):
-    """The mask rule asked for is not the one the credit run stored its masks with."""
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,12 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 import trajlake
 from trajlake._progress import NullProgress, Progress
-from trajlake.errors import TrajlakeError, missing_extra
+from trajlake.errors import SftSelfCheckFailed, TrajlakeError, missing_extra
 from trajlake.export._sft_formats import FORMATTERS, SFT_FORMATS, encode_row
 from trajlake.export._sft_select import (
     SftConversation,
@@ -33,10 +35,6 @@ if TYPE_CHECKING:
     from trajlake.lake import Lake, SnapshotRef
 
 _CHECK_CHUNK = 500
-
-
-class SftSelfCheckFailed(TrajlakeError):
-    """An SFT export failed one of its self-checks; the message names the sample and the fix."""
 
 
 @dataclass
@@ -113,6 +111,67 @@ class _Shards:
         self._f.close()
         self.files[-1].update(bytes=self._size, sha256=self._hash.hexdigest())
         self._f, self._size, self._hash = None, 0, hashlib.sha256()
+
+
+TOKENIZED_SCHEMA = pa.schema(
+    [
+        pa.field("trajectory_id", pa.string(), nullable=False),
+        pa.field("sample_index", pa.int32(), nullable=False),
+        pa.field("input_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("labels", pa.list_(pa.int32()), nullable=False),
+        pa.field("loss_weight", pa.list_(pa.float32()), nullable=False),
+        pa.field("attention_mask", pa.list_(pa.int8()), nullable=False),
+    ]
+)
+"""Rows of the tokenized format (Parquet): what trainers read directly."""
+_ROWS_PER_GROUP = 512
+
+
+class _ParquetShards:
+    """Rolling zstd Parquet shards `<split>-NNNNN.parquet` of about `limit` bytes (uncompressed)."""
+
+    def __init__(self, fs: Any, root: str, split: str, limit: int) -> None:
+        self.fs, self.root, self.split, self.limit = fs, root, split, limit
+        self.files: list[dict[str, Any]] = []
+        self._rows: list[dict[str, Any]] = []
+        self._f: Any = None
+        self._writer: pq.ParquetWriter | None = None
+        self._size = 0
+
+    def write_row(self, row: dict[str, Any]) -> None:
+        self._rows.append({k: row[k] for k in TOKENIZED_SCHEMA.names})
+        if len(self._rows) >= _ROWS_PER_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        if self._writer is None:
+            name = f"{self.split}-{len(self.files):05d}.parquet"
+            self._f = self.fs.open(f"{self.root}/{name}", "wb")
+            self._writer = pq.ParquetWriter(self._f, TOKENIZED_SCHEMA, compression="zstd")
+            self.files.append({"path": name})
+        table = pa.Table.from_pylist(self._rows, schema=TOKENIZED_SCHEMA)
+        self._writer.write_table(table)
+        self._size += table.nbytes
+        self._rows = []
+        if self._size >= self.limit:
+            self._roll()
+
+    def _roll(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._f.close()
+        path = f"{self.root}/{self.files[-1]['path']}"
+        with self.fs.open(path, "rb") as f:
+            data = f.read()
+        self.files[-1].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        self._writer, self._f, self._size = None, None, 0
+
+    def close(self) -> None:
+        self._flush()
+        self._roll()
 
 
 def _check_conversation(conv: SftConversation, allow_untrained: bool) -> None:
@@ -232,7 +291,8 @@ def export_sft(
 
     Args:
         lake: The lake, read at snapshot `at` (pinned once).
-        out: Folder for `train-NNNNN.jsonl`, `val-NNNNN.jsonl` and `manifest.json`.
+        out: Folder for `train-NNNNN.jsonl`, `val-NNNNN.jsonl` (`.parquet` for the tokenized
+            format) and `manifest.json`.
         format: openai | trl | sharegpt | axolotl | tokenized (see `_sft_formats`).
         at, where: Snapshot and SQL condition on `trajectories`.
         credit: Credit run weighting assistant turns by weight×mask (default: all turns 1.0).
@@ -269,6 +329,7 @@ def export_sft(
     fs, root = _prepare_out(out)
     limit = int(shard_mb * 1024 * 1024)
     shards = {s: _Shards(fs, root, s, "jsonl", limit) for s in ("train", "val")}
+    parquet = {s: _ParquetShards(fs, root, s, limit) for s in ("train", "val")}
     counts: dict[str, SplitCounts] = {"train": SplitCounts(), "val": SplitCounts()}
     batch: list[SftConversation] = []
 
@@ -299,7 +360,7 @@ def export_sft(
             trained = _check_tokenized(row, allow_untrained)
             counts[split].samples += 1
             counts[split].trained_tokens = (counts[split].trained_tokens or 0) + trained
-            shards[split].write((encode_row(row) + "\n").encode())
+            parquet[split].write_row(row)
     else:
         to_row = FORMATTERS[format]
         for split, conv in checked():
@@ -308,7 +369,8 @@ def export_sft(
         _check_weights(lake, credit, min_weight, snap, batch)
     for name, shard in shards.items():
         shard.close()
-        counts[name].files = shard.files
+        parquet[name].close()
+        counts[name].files = parquet[name].files if format == "tokenized" else shard.files
     progress.finish()
     splits = {s: c for s, c in counts.items() if c.trajectories or s == "train"}
     manifest = {

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Literal, Protocol
 
-from trajlake.errors import TrajlakeError
+from trajlake.errors import ChatTemplateError, MaskVerificationError
 from trajlake.export._chat_render import (
-    ChatTemplateError,
     Span,
     assistant_spans,
     encode_with_offsets,
@@ -45,10 +44,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
-
-
-class MaskVerificationError(TrajlakeError):
-    """A tokenized sample's loss mask does not match the conversation's trained assistant turns."""
 
 
 class SftConversationLike(Protocol):

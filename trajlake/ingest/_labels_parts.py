@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from trajlake.errors import TrajlakeError
+from trajlake.errors import LabelFormatError
 from trajlake.ingest._adapter import BadRecord, iter_json_lines
 
 Row = dict[str, Any]
@@ -31,10 +31,6 @@ _ID_KEYS = ("trajectory_id", "task_id", "instance_id")
 _VERDICT_KEYS = ("resolved", "reward", "rewards", "is_resolved")
 _TRUE = {"true", "1", "yes", "y", "t", "resolved", "pass", "passed"}
 _FALSE = {"false", "0", "no", "n", "f", "unresolved", "fail", "failed"}
-
-
-class LabelFormatError(TrajlakeError):
-    """A label file is not in the format it was read as."""
 
 
 def path_dirs(uri: str) -> tuple[list[str], str]:

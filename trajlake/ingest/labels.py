@@ -32,9 +32,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import ValidationError
 
-from trajlake.errors import FormatDetectionError
+from trajlake.errors import FormatDetectionError, LabelFormatError
 from trajlake.ingest._labels_parts import (
-    LabelFormatError,
     Row,
     detect_kind,
     parse_csv,

@@ -37,6 +37,7 @@ from trajlake.schema import SCHEMA_VERSION, TABLES, CanonicalTrajectory, Stage
 if TYPE_CHECKING:
     from trajlake._query_views import ViewCatalog
     from trajlake.export.jsonl import ExportReport
+    from trajlake.export.sft import SftExportReport
     from trajlake.ingest import IngestReport
     from trajlake.ingest.labels import LabelFormat, LabelReport
     from trajlake.lake._maintain import MaintenanceReport
@@ -470,6 +471,13 @@ class Lake:
         from trajlake.export.atif import export_atif
 
         return export_atif(self, out, at=at, where=where, progress=progress)
+
+    def export_sft(self, out: str, *, format: str, **options: Any) -> SftExportReport:
+        """Write a loss-weighted SFT dataset (see `trajlake.export.sft.export_sft` for options:
+        at, where, credit, mask, min_weight, tokenizer, max_tokens, val_frac, seed, shard_mb)."""
+        from trajlake.export.sft import export_sft
+
+        return export_sft(self, out, format=format, **options)
 
     def trajectory(self, trajectory_id: str, *, at: SnapshotRef = None) -> CanonicalTrajectory:
         """One trajectory with all its messages, as a canonical record."""
