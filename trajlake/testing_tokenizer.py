@@ -1,8 +1,10 @@
 """Tiny local chat tokenizers (no hub downloads) and sample chat conversations for tests.
 
 The tokenizers are byte-level BPE models trained in about a second on `trajlake.sample` text, with
-realistic tool-calling chat templates that have no `{% generation %}` markers, the case that real
-Qwen/Llama templates present to assistant-mask code.
+realistic tool-calling chat templates: ChatML/Qwen-style and Llama-3-style without
+`{% generation %}` markers (the case real Qwen/Llama templates present to assistant-mask code), and
+a Gemma-style one whose assistant turns are wrapped in `{% generation %}` … `{% endgeneration %}`
+(so `apply_chat_template(..., return_assistant_tokens_mask=True)` works on it).
 """
 
 from __future__ import annotations
@@ -105,7 +107,50 @@ LLAMA3_TEMPLATE = """\
 {%- endif %}
 """
 
-TEMPLATES: dict[str, str] = {"chatml": CHATML_TEMPLATE, "llama3-like": LLAMA3_TEMPLATE}
+# Gemma-style turns (`<start_of_turn>model` … `<end_of_turn>`), tools and system prompt in a
+# leading system turn, calls as ```tool_call``` blocks, tool results as `tool` turns. The assistant's
+# content, calls and end-of-turn marker sit inside `{% generation %}`, matching trajlake's own span.
+GEMMA_TEMPLATE = """\
+{{- bos_token }}
+{%- if messages[0].role == 'system' %}
+{%- set system_message = messages[0].content %}{%- set messages = messages[1:] %}
+{%- else %}{%- set system_message = '' %}{%- endif %}
+{%- if system_message or tools %}
+{{- '<start_of_turn>system\\n' + system_message }}
+{%- if tools %}
+{{- '\\n\\nTools (call one with a ```tool_call``` block holding {"name", "arguments"}):' }}
+{%- for tool in tools %}{{- '\\n' + tool | tojson }}{%- endfor %}
+{%- endif %}
+{{- '<end_of_turn>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'assistant' %}
+{{- '<start_of_turn>model\\n' }}
+{%- generation %}
+{%- if message.content %}{{- message.content }}{%- endif %}
+{%- for tool_call in message.tool_calls or [] %}
+{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
+{%- if message.content or not loop.first %}{{- '\\n' }}{%- endif %}
+{{- '```tool_call\\n{"name": "' + tool_call.name + '", "arguments": ' }}
+{%- if tool_call.arguments is string %}{{- tool_call.arguments }}
+{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}
+{{- '}\\n```' }}
+{%- endfor %}
+{{- '<end_of_turn>' }}
+{%- endgeneration %}
+{{- '\\n' }}
+{%- else %}
+{{- '<start_of_turn>' + message.role + '\\n' + message.content + '<end_of_turn>\\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}
+"""
+
+TEMPLATES: dict[str, str] = {
+    "chatml": CHATML_TEMPLATE,
+    "llama3-like": LLAMA3_TEMPLATE,
+    "gemma-like": GEMMA_TEMPLATE,
+}
 
 _SPECIAL: dict[str, list[str]] = {
     "chatml": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
@@ -116,6 +161,7 @@ _SPECIAL: dict[str, list[str]] = {
         "<|end_header_id|>",
         "<|eot_id|>",
     ],
+    "gemma-like": ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"],
 }
 
 
@@ -168,7 +214,7 @@ def sample_conversations(
         )
 
 
-def _training_texts() -> Iterator[str]:
+def _training_texts(template: str) -> Iterator[str]:
     for conv in sample_conversations(40, seed=12345):
         yield json.dumps(conv.tools)
         for m in conv.messages:
@@ -177,12 +223,16 @@ def _training_texts() -> Iterator[str]:
                 yield json.dumps(
                     {"name": tc["function"]["name"], "arguments": tc["function"]["arguments"]}
                 )
-    yield from TEMPLATES.values()
+    # The first two templates always, so adding a template leaves the older vocabularies as they were.
+    yield CHATML_TEMPLATE
+    yield LLAMA3_TEMPLATE
+    if template not in ("chatml", "llama3-like"):
+        yield TEMPLATES[template]
 
 
 def tiny_chat_tokenizer(
     path: str | Path | None = None,
-    template: Literal["chatml", "llama3-like"] = "chatml",
+    template: Literal["chatml", "llama3-like", "gemma-like"] = "chatml",
     *,
     vocab_size: int = 2000,
 ) -> Any:
@@ -191,7 +241,8 @@ def tiny_chat_tokenizer(
     Args:
         path: if given, the tokenizer is saved there with `save_pretrained` (load it back with
             `AutoTokenizer.from_pretrained(path)`).
-        template: which chat template to attach: ChatML/Qwen-style or Llama-3-style.
+        template: which chat template to attach: ChatML/Qwen-style, Llama-3-style (neither with
+            `{% generation %}`) or Gemma-style (assistant turns inside `{% generation %}`).
         vocab_size: BPE vocabulary size, special tokens included.
 
     Returns:
@@ -212,9 +263,11 @@ def tiny_chat_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_training_texts(), trainer=trainer)
+    tok.train_from_iterator(_training_texts(template), trainer=trainer)
     if template == "chatml":
         names = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+    elif template == "gemma-like":
+        names = {"bos_token": "<bos>", "eos_token": "<end_of_turn>", "pad_token": "<pad>"}
     else:
         names = {
             "bos_token": "<|begin_of_text|>",
