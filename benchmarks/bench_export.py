@@ -8,18 +8,26 @@ Three paths over the same sample conversations (tools + tool calls), with a tiny
 - reference: the same rows built by incremental prefix rendering (one render per assistant turn).
 
 Run: `python benchmarks/bench_export.py [--conversations 300 --template chatml --repeat 3]`.
-The last line is `RATIO bench_export tokenized/bare=… (target >= 0.7)`.
+Before it, `peak RSS: … MiB` (the process's `ru_maxrss`: all three paths, tokenizer and data
+included). The last line is `RATIO bench_export tokenized/bare=… (target >= 0.7)`.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from trajlake.export.tokenize import TokenizedStats, tokenize_conversations
-from trajlake.testing_tokenizer import ChatConversation, sample_conversations, tiny_chat_tokenizer
+from trajlake.testing_tokenizer import (
+    TEMPLATES,
+    ChatConversation,
+    sample_conversations,
+    tiny_chat_tokenizer,
+)
 
 
 def bare(tok: Any, convs: list[ChatConversation]) -> int:
@@ -48,10 +56,16 @@ def best_of(repeat: int, fn: Callable[[], int]) -> tuple[float, int]:
     return best, tokens
 
 
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=300)
-    parser.add_argument("--template", choices=["chatml", "llama3-like"], default="chatml")
+    parser.add_argument("--template", choices=sorted(TEMPLATES), default="chatml")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
@@ -72,6 +86,7 @@ def main() -> None:
             f"({secs:.2f} s, {tokens} tokens)"
         )
     print(f"reference/bare={results['bare'] / results['reference']:.3f}")
+    print(f"peak RSS: {peak_rss_mib():.1f} MiB")
     ratio = results["bare"] / results["tokenized"]
     print(f"RATIO bench_export tokenized/bare={ratio:.3f} (target >= 0.7)")
 

@@ -108,8 +108,9 @@ LLAMA3_TEMPLATE = """\
 """
 
 # Gemma-style turns (`<start_of_turn>model` … `<end_of_turn>`), tools and system prompt in a
-# leading system turn, calls as ```tool_call``` blocks, tool results as `tool` turns. The assistant's
-# content, calls and end-of-turn marker sit inside `{% generation %}`, matching trajlake's own span.
+# leading system turn, calls as ```tool_call``` blocks, tool results as `tool` turns. The
+# assistant's content, calls and end-of-turn marker sit inside `{% generation %}`, matching
+# trajlake's own assistant span.
 GEMMA_TEMPLATE = """\
 {{- bos_token }}
 {%- if messages[0].role == 'system' %}
@@ -223,7 +224,8 @@ def _training_texts(template: str) -> Iterator[str]:
                 yield json.dumps(
                     {"name": tc["function"]["name"], "arguments": tc["function"]["arguments"]}
                 )
-    # The first two templates always, so adding a template leaves the older vocabularies as they were.
+    # Always the first two templates (not all of TEMPLATES), so that adding a template leaves the
+    # vocabularies of the older tokenizers unchanged.
     yield CHATML_TEMPLATE
     yield LLAMA3_TEMPLATE
     if template not in ("chatml", "llama3-like"):

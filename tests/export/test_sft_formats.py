@@ -104,21 +104,47 @@ def test_sharegpt_merges_parallel_tool_results_and_lists_calls() -> None:
             {"role": "assistant", "content": "", "tool_calls": [CALL, call2]},
             {"role": "tool", "content": "r1", "tool_call_id": "c1", "name": "bash"},
             {"role": "tool", "content": "r2", "tool_call_id": "c2", "name": "bash"},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": "thanks"},
         ],
         [],
-        [None, 1.0, None, None],
-        [None, 0, 0, 0],
+        [None, 1.0, None, None, 0.0, None],
+        [None, 0, 0, 0, 1, 1],
     )
     row = to_sharegpt(conv)
-    assert row["conversations"][1:] == [
+    assert row["conversations"] == [
+        {"from": "human", "value": "go"},
         {
             "from": "function_call",
             "value": '[{"name": "bash", "arguments": {"cmd": "ls"}}, '
             '{"name": "bash", "arguments": "oops"}]',
         },
         {"from": "observation", "value": "r1\nr2"},
-    ]
-    assert row["weights"] == [0.0, 1.0, 0.0]
+        {"from": "gpt", "value": "done"},
+    ]  # the closing user turn carries no loss and would break the alternation
+    assert row["weights"] == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_sharegpt_merges_consecutive_assistant_turns() -> None:
+    conv = SftConversation(
+        "t",
+        None,
+        None,
+        None,
+        [
+            {"role": "assistant", "content": "orphan"},
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "thinking"},
+            {"role": "assistant", "content": "", "tool_calls": [CALL]},
+            {"role": "tool", "content": "r1", "tool_call_id": "c1", "name": "bash"},
+        ],
+        [],
+        [0.0, None, 0.0, 1.0, None],
+        [0, 0, 1, 2, 2],
+    )
+    row = to_sharegpt(conv)
+    assert [t["from"] for t in row["conversations"]] == ["human", "function_call"]
+    assert row["weights"] == [0.0, 1.0]
 
 
 def test_axolotl_row() -> None:

@@ -64,37 +64,70 @@ def _function_call(m: dict[str, Any]) -> str:
     return json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)
 
 
+_PROMPT_TAGS = {"user": "human", "tool": "observation"}
+
+
+def _response_entry(m: dict[str, Any]) -> tuple[str, str]:
+    if m.get("tool_calls"):
+        return "function_call", _function_call(m)
+    return "gpt", m["content"] or ""
+
+
+def _merge_response(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two assistant turns in a row become one: calls are concatenated, texts joined."""
+    if a["from"] == "function_call" or b["from"] == "function_call":
+        calls: list[Any] = []
+        for entry in (a, b):
+            if entry["from"] == "function_call":
+                value = json.loads(entry["value"])
+                calls.extend(value if isinstance(value, list) else [value])
+        merged = json.dumps(calls if len(calls) > 1 else calls[0], ensure_ascii=False)
+        return {"from": "function_call", "value": merged}
+    return {"from": "gpt", "value": a["value"] + "\n" + b["value"]}
+
+
 def to_sharegpt(conv: SftConversation) -> dict[str, Any]:
     """LLaMA-Factory ShareGPT row with tool roles: `conversations`, `tools` (a JSON string).
 
-    Roles: system, human, gpt, function_call (an assistant turn that calls tools: its value is
-    the call, or a list of calls, as JSON; the turn's text is not carried, as the format has no
-    place for it) and observation (tool results; consecutive ones merge into one, because the
-    format alternates human/observation with gpt/function_call). `weights` is aligned with
-    `conversations` (0.0 where not trained).
+    LLaMA-Factory needs, after an optional system turn, prompt turns (human, observation) and
+    response turns (gpt, function_call) to alternate, starting with a prompt and ending with a
+    response; it drops other rows. So consecutive prompt turns merge into one (keeping the first
+    one's role), consecutive assistant turns merge into one (their tool calls concatenated; the
+    text of a turn that calls tools is not carried: the format has no place for it), and what
+    follows the last assistant turn — it carries no loss — is left out. `weights` is aligned
+    with `conversations` (0.0 where not trained; a merged response takes the larger weight).
     """
+    system: list[dict[str, str]] = []
     turns: list[dict[str, str]] = []
     weights: list[float] = []
     for m, w in zip(conv.messages, conv.weights, strict=True):
         role = m["role"]
-        if role == "tool" and turns and turns[-1]["from"] == "observation":
-            turns[-1]["value"] += "\n" + m["content"]
+        if role == "system" and not turns and not system:
+            system.append({"from": "system", "value": m["content"] or ""})
             continue
         if role == "assistant":
-            tag, value = (
-                ("function_call", _function_call(m))
-                if m.get("tool_calls")
-                else ("gpt", m["content"])
-            )
+            tag, value = _response_entry(m)
+            entry = {"from": tag, "value": value}
+            if not turns:
+                continue  # a response with no prompt before it cannot be trained on
+            if turns[-1]["from"] in ("gpt", "function_call"):
+                turns[-1] = _merge_response(turns[-1], entry)
+                weights[-1] = max(weights[-1], _weight(w))
+                continue
         else:
-            tag = {"system": "system", "user": "human", "tool": "observation"}[role]
-            value = m["content"]
-        turns.append({"from": tag, "value": value})
+            entry = {"from": _PROMPT_TAGS.get(role, "human"), "value": m["content"] or ""}
+            if turns and turns[-1]["from"] in ("human", "observation"):
+                turns[-1]["value"] += "\n" + entry["value"]
+                continue
+        turns.append(entry)
         weights.append(_weight(w))
+    while turns and turns[-1]["from"] in ("human", "observation"):
+        turns.pop()
+        weights.pop()
     return {
-        "conversations": turns,
+        "conversations": system + turns,
         "tools": json.dumps(conv.tools, ensure_ascii=False),
-        "weights": weights,
+        "weights": [0.0] * len(system) + weights,
         "trajectory_id": conv.trajectory_id,
     }
 
