@@ -190,6 +190,9 @@ def test_tokenized(credited: tl.Lake, tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert manifest["tokenizer"] == str(tmp_path / "tok")
     assert manifest["chat_template_sha256"] and tokenizer.chat_template
+    tokenization = manifest["tokenization"]
+    assert tokenization["samples"] == report.splits["train"].samples
+    assert tokenization["truncated_turns"] == 0 and tokenization["reference_fallbacks"] == 0
     table = pq.read_table(tmp_path / "a" / "train-00000.parquet")
     assert table.column_names == [
         "trajectory_id", "sample_index", "input_ids", "labels", "loss_weight", "attention_mask"

@@ -220,26 +220,40 @@ def _load_tokenizer(tokenizer: Any) -> tuple[Any, str, str | None]:
 
 
 def _tokenized_rows(
-    tokenizer: Any, convs: Iterator[tuple[Split, SftConversation]], max_tokens: int | None
+    tokenizer: Any,
+    convs: Iterator[tuple[Split, SftConversation]],
+    max_tokens: int | None,
+    stats: Any,
 ) -> Iterator[tuple[Split, dict[str, Any]]]:
+    """Tokenized rows with their split, each verified by decoding against its conversation."""
     try:
-        from trajlake.export.tokenize import tokenize_conversations
+        from trajlake.export.tokenize import tokenize_conversations, verify_sample
     except ImportError as e:
         raise TrajlakeError(
             "the tokenized SFT format needs trajlake.export.tokenize, not in this installation"
         ) from e
-    pending: collections.OrderedDict[str, Split] = collections.OrderedDict()
+    pending: collections.OrderedDict[str, tuple[Split, SftConversation]] = collections.OrderedDict()
 
     def feed() -> Iterator[SftConversation]:
         for split, conv in convs:
-            pending[conv.trajectory_id] = split
+            pending[conv.trajectory_id] = (split, conv)
             yield conv
 
-    for row in tokenize_conversations(tokenizer, feed(), max_tokens=max_tokens):
+    rows = tokenize_conversations(tokenizer, feed(), max_tokens=max_tokens, stats=stats)
+    for row in rows:
         tid = row["trajectory_id"]
         while pending and next(iter(pending)) != tid:
             pending.popitem(last=False)
-        yield pending[tid], row
+        split, conv = pending[tid]
+        # The self-check of every export: weighted tokens decode to the trained turns.
+        verify_sample(tokenizer, row, conv)
+        yield split, row
+
+
+def _new_token_stats() -> Any:
+    from trajlake.export.tokenize import TokenizedStats
+
+    return TokenizedStats()
 
 
 def _check_tokenized(row: dict[str, Any], allow_untrained: bool) -> int:
@@ -355,8 +369,9 @@ def export_sft(
             yield split, conv
 
     progress.start("export sft", None)
+    token_stats = _new_token_stats() if format == "tokenized" else None
     if format == "tokenized":
-        for split, row in _tokenized_rows(tokenizer, checked(), max_tokens):
+        for split, row in _tokenized_rows(tokenizer, checked(), max_tokens, token_stats):
             trained = _check_tokenized(row, allow_untrained)
             counts[split].samples += 1
             counts[split].trained_tokens = (counts[split].trained_tokens or 0) + trained
@@ -388,6 +403,7 @@ def export_sft(
         "dedupe": "content_hash",
         "tokenizer": tok_name,
         "chat_template_sha256": template_hash,
+        "tokenization": asdict(token_stats) if token_stats is not None else None,
         "max_tokens": max_tokens,
         "val_frac": val_frac,
         "seed": seed,
