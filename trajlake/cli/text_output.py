@@ -177,7 +177,12 @@ class TextOutput(Output):
             self.line(f"  {problem}")
 
     def maintenance(self, report: MaintenanceReport) -> None:
-        what = "dry run" if report.dry_run else f"snapshot {report.snapshot_id}"
+        if report.dry_run:
+            what = "dry run"
+        elif report.snapshot_id is None:
+            what = "no new snapshot: nothing moved"
+        else:
+            what = f"snapshot {report.snapshot_id}"
         self.line(f"maintenance ({what}) in {report.seconds:.2f} s")
         table = Table(box=box.SIMPLE_HEAD, show_edge=False)
         for name in ("table", "files", "compacted", "checkpoint", "log removed", "vacuumed"):
