@@ -90,23 +90,7 @@ class PrefixModelValues:
         self.tools = sorted(n for n, _ in tool_counts.most_common(self.max_tools))
         x = np.concatenate([self.prefix_features(t) for t in labelled])
         y = np.concatenate([np.full(len(t.turns) + 1, float(t.outcome)) for t in labelled])  # type: ignore[arg-type]
-        self.mean = x.mean(axis=0)
-        self.scale = np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
-        design = self._design(x)
-        coef = np.zeros(design.shape[1])
-        penalty = np.full(design.shape[1], self.l2)
-        penalty[0] = 0.0  # no penalty on the intercept
-        for _ in range(iterations):
-            p = _sigmoid(design @ coef)
-            grad = design.T @ (p - y) + penalty * coef
-            hessian = (
-                (design.T * (p * (1 - p))) @ design + np.diag(penalty) + 1e-9 * np.eye(len(coef))
-            )
-            step = np.linalg.solve(hessian, grad)
-            coef -= step
-            if float(np.abs(step).max()) < 1e-10:
-                break
-        self.coef = coef
+        self.mean, self.scale, self.coef = fit_logistic(x, y, self.l2, iterations)
         return self
 
     def _design(self, x: Array) -> Array:
@@ -118,7 +102,7 @@ class PrefixModelValues:
         if self.coef is None:
             raise TrajlakeError("the value model is not fitted: call fit() or load() first")
         return [
-            float(p) for p in _sigmoid(self._design(self.prefix_features(trajectory)) @ self.coef)
+            float(p) for p in sigmoid(self._design(self.prefix_features(trajectory)) @ self.coef)
         ]
 
     def values(self, trajectories: Sequence[TrajectoryTurns]) -> dict[str, list[float]]:
@@ -170,5 +154,29 @@ class PrefixModelValues:
         return model
 
 
-def _sigmoid(z: Array) -> Array:
+def fit_logistic(
+    x: Array, y: Array | Sequence[float], l2: float = 1.0, iterations: int = 50
+) -> tuple[Array, Array, Array]:
+    """(mean, scale, coef) of an L2 logistic regression on standardised x (intercept first,
+    unpenalised), fitted by Newton steps."""
+    target = np.asarray(y, dtype=np.float64)
+    mean = x.mean(axis=0)
+    scale = np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
+    design = np.hstack([np.ones((x.shape[0], 1)), (x - mean) / scale])
+    coef = np.zeros(design.shape[1])
+    penalty = np.full(design.shape[1], l2)
+    penalty[0] = 0.0  # no penalty on the intercept
+    for _ in range(iterations):
+        p = sigmoid(design @ coef)
+        grad = design.T @ (p - target) + penalty * coef
+        hessian = (design.T * (p * (1 - p))) @ design + np.diag(penalty) + 1e-9 * np.eye(len(coef))
+        step = np.linalg.solve(hessian, grad)
+        coef -= step
+        if float(np.abs(step).max()) < 1e-10:
+            break
+    return mean, scale, coef
+
+
+def sigmoid(z: Array) -> Array:
+    """The logistic function, computed through tanh (no overflow for large |z|)."""
     return np.asarray(0.5 * (1.0 + np.tanh(0.5 * z)), dtype=np.float64)

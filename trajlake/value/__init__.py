@@ -1,5 +1,14 @@
-"""Value and reranking models: pure-numpy evaluation metrics (Best@k, Pass@k, AUROC, ECE)."""
+"""Value and reranking models: datasets from the lake, the CPU feature baseline, evaluation."""
 
+from trajlake.value.baseline import (
+    NUMERIC_FEATURES,
+    BaselineMetrics,
+    FeatureBaseline,
+    evaluate_baseline,
+    evaluate_model,
+    trajectory_features,
+)
+from trajlake.value.dataset import ValueExample, balance, load_examples, split_by_task
 from trajlake.value.metrics import (
     ReliabilityBin,
     RerankAtK,
@@ -18,18 +27,28 @@ from trajlake.value.metrics import (
 )
 
 __all__ = [
+    "NUMERIC_FEATURES",
+    "BaselineMetrics",
+    "FeatureBaseline",
     "ReliabilityBin",
     "RerankAtK",
     "RerankMetrics",
+    "ValueExample",
     "auroc",
     "auroc_per_task",
+    "balance",
     "best_at_k",
     "bootstrap_ci",
     "brier",
     "ece",
+    "evaluate_baseline",
+    "evaluate_model",
     "gap_closed",
+    "load_examples",
     "pass_at_k",
     "random_at_k",
     "reliability_bins",
     "rerank_report",
+    "split_by_task",
+    "trajectory_features",
 ]
