@@ -140,18 +140,27 @@ class PrefixModelValues:
     @classmethod
     def load(cls, path: str | Path) -> PrefixModelValues:
         """Read a model written by `save`."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
-            raise TrajlakeError(f"cannot read value model {path}: {e}") from e
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise TrajlakeError(f"{path} is not a trajlake prefix value model ({FORMAT})")
+        data = read_model_json(path, FORMAT, "prefix value model")
         model = cls(l2=data["l2"], max_tools=data["max_tools"], budget=data["budget"])
         model.tools = list(data["tools"])
-        model.mean = np.asarray(data["mean"], dtype=np.float64)
-        model.scale = np.asarray(data["scale"], dtype=np.float64)
-        model.coef = np.asarray(data["coef"], dtype=np.float64)
+        model.mean, model.scale, model.coef = weights_of(data)
         return model
+
+
+def read_model_json(path: str | Path, fmt: str, what: str) -> dict[str, Any]:
+    """A saved model's JSON, checked to be of format `fmt` (TrajlakeError naming `what`)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise TrajlakeError(f"cannot read {what} {path}: {e}") from e
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise TrajlakeError(f"{path} is not a trajlake {what} ({fmt})")
+    return data
+
+
+def weights_of(data: dict[str, Any]) -> tuple[Array, Array, Array]:
+    """(mean, scale, coef) of a saved logistic model."""
+    return tuple(np.asarray(data[k], dtype=np.float64) for k in ("mean", "scale", "coef"))  # type: ignore[return-value]
 
 
 def fit_logistic(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from trajlake.credit.value_model import fit_logistic, sigmoid
+from trajlake.credit.value_model import fit_logistic, read_model_json, sigmoid, weights_of
 from trajlake.errors import TrajlakeError
 from trajlake.value.dataset import ValueExample, balance, load_examples, split_by_task
 from trajlake.value.metrics import RerankAtK, auroc, auroc_per_task, brier, ece, rerank_report
@@ -231,19 +231,12 @@ class FeatureBaseline:
     @classmethod
     def load(cls, path: str | Path) -> FeatureBaseline:
         """Read a model written by `save`."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
-            raise TrajlakeError(f"cannot read feature baseline {path}: {e}") from e
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise TrajlakeError(f"{path} is not a trajlake feature baseline ({FORMAT})")
+        data = read_model_json(path, FORMAT, "feature baseline")
         model = cls(l2=data["l2"], top_n=data["top_n"])
         model.harnesses = list(data["harnesses"])
         model.policies = list(data["policies"])
         model.feature_names = list(data["features"])
-        model.mean = np.asarray(data["mean"], dtype=np.float64)
-        model.scale = np.asarray(data["scale"], dtype=np.float64)
-        model.coef = np.asarray(data["coef"], dtype=np.float64)
+        model.mean, model.scale, model.coef = weights_of(data)
         return model
 
 
