@@ -107,6 +107,18 @@ class MaskVerificationError(TrajlakeError):
     """A tokenized sample's loss mask does not match the conversation's trained assistant turns."""
 
 
+class ModelFormatError(TrajlakeError):
+    """A saved model is missing files, uses another format version or would need unpickling."""
+
+
+class NoSuchModel(TrajlakeError):
+    """No model with this id or path exists."""
+
+
+class TrainingError(TrajlakeError):
+    """Training cannot run on this data (no positives, empty split, diverged loss)."""
+
+
 def missing_extra(package: str, extra: str) -> MissingExtra:
     """Build the error for a missing optional dependency, with the exact install command."""
     return MissingExtra(

@@ -22,7 +22,9 @@ from trajlake.cli.data_cmds import export_group, ingest, show, sql
 from trajlake.cli.demo_cmd import demo
 from trajlake.cli.label_cmd import label
 from trajlake.cli.lake_cmds import init, log_cmd, maintain, schema, tag, tags, validate
+from trajlake.cli.lineage_cmd import lineage_cmd
 from trajlake.cli.progress import stderr_console
+from trajlake.cli.value_cmds import eval_group, rerank, score, serve, train_group
 
 USER_ERRORS: tuple[type[BaseException], ...] = (tl.TrajlakeError, ValueError, OSError)
 """What a user can fix: reported in one line, without a traceback."""
@@ -111,9 +113,14 @@ for command in (
     validate,
     maintain,
     schema,
+    lineage_cmd,
+    score,
+    rerank,
+    serve,
 ):
     cli.add_command(command)
-cli.add_command(export_group)
+for group in (export_group, train_group, eval_group):
+    cli.add_command(group)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trajlake.credit._types import TrajectoryTurns
@@ -223,6 +224,8 @@ def run_credit(
         return report
     if estimator == "judge":
         source_kw.setdefault("lake", lake)  # the judge caches its calls in the lake
+    if estimator.startswith("value-model:") and Path(estimator.split(":", 1)[1]).is_dir():
+        source_kw.update(lake=lake, at=snap)  # a neural prefix model reads the messages
     source = value_source(estimator, **source_kw)
     trajectories = load_turns(lake, at=snap, where=where, thread=thread)
     values = source.values(trajectories)

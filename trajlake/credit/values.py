@@ -11,6 +11,7 @@ import math
 import posixpath
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from trajlake.credit._types import TrajectoryTurns, Turn, ValueSource
@@ -198,7 +199,7 @@ VALUE_SOURCES: tuple[str, ...] = (
     "prefix-mc",
     "group",
     "group:rloo",
-    "value-model:<path.json|builtin>",
+    "value-model:<path.json|model dir|builtin>",
     "judge",
 )
 """Names `value_source` accepts."""
@@ -209,7 +210,8 @@ def value_source(name: str, **kw: Any) -> ValueSource:
 
     Names: `outcome`, `prefix-mc` (min_visits, prior), `group` / `group:grpo` (eps, ddof),
     `group:rloo`, `value-model:builtin` (a `PrefixModelValues` fitted on the labelled
-    trajectories it values) or `value-model:<path.json>` (a saved model), and `judge`
+    trajectories it values), `value-model:<path.json>` (a saved one), `value-model:<dir>` (a
+    neural prefix-value model; needs `lake` and `at`), and `judge`
     (`trajlake.credit.judge.JudgeValues`).
     """
     if name == "outcome":
@@ -228,6 +230,10 @@ def value_source(name: str, **kw: Any) -> ValueSource:
         target = name.removeprefix("value-model:")
         if target in ("", "builtin"):
             return PrefixModelValues(**kw)
+        if Path(target).is_dir():  # a neural prefix model from `trajlake train value`
+            from trajlake.value.prefix_source import NeuralPrefixValues
+
+            return NeuralPrefixValues(target, **kw)
         return PrefixModelValues.load(target)
     if name == "judge":
         try:

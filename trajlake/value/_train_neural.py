@@ -1,0 +1,304 @@
+"""The neural half of `train_value_model`: serialize lake trajectories, build the backbone and
+tokenizer, fit (whole-trajectory or prefix targets), save weights, score the test split."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trajlake.errors import TrainingError
+from trajlake.value.dataset import ValueExample
+from trajlake.value.recipe import Recipe
+from trajlake.value.serialize import Conversation, Serializer, as_conversation, n_turns
+
+if TYPE_CHECKING:
+    from trajlake._progress import Progress
+    from trajlake.lake._lake import Lake
+    from trajlake.value.fit import FitConfig, TextExamples
+    from trajlake.value.train import TrainingData
+
+
+def read_conversations(lake: Lake, snapshot_id: int, ids: Sequence[str]) -> dict[str, Conversation]:
+    """Canonical trajectories (with messages) at one snapshot, as conversations by id."""
+    from trajlake.export.jsonl import read_canonical
+
+    found = read_canonical(lake, at=snapshot_id, ids=list(ids))
+    return {row["trajectory_id"]: as_conversation(row) for row in found}
+
+
+def build_tokenizer(recipe: Recipe, train_convs: Sequence[Conversation]) -> Any:
+    """Load the recipe's tokenizer, or train one locally on the training texts."""
+    from trajlake.value.neural import load_tokenizer, train_tokenizer
+
+    backbone = recipe.backbone
+    assert backbone is not None
+    spec = backbone.tokenizer
+    if spec.name_or_path or (backbone.name_or_path and spec.train_vocab_size is None):
+        return load_tokenizer(spec.name_or_path or backbone.name_or_path)  # type: ignore[arg-type]
+    rough = _serializer(recipe)
+    texts = [rough.text(c, turn=_last_turn(rough, c)) for c in train_convs]
+    return train_tokenizer(
+        texts,
+        vocab_size=int(spec.train_vocab_size or 2000),
+        kind=spec.train_kind,
+        model_max_length=recipe.serializer.max_tokens,
+    )
+
+
+def _serializer(recipe: Recipe) -> Serializer:
+    s = recipe.serializer
+    return Serializer(
+        kind=s.kind, max_tokens=s.max_tokens, observation_max_tokens=s.observation_max_tokens
+    )
+
+
+def _model_serializer(recipe: Recipe, tokenizer: Any) -> Serializer:
+    """The serializer counting with the model's tokenizer; its budget leaves room for the
+    special tokens the tokenizer adds, so inputs fit `max_tokens` without truncation."""
+    s = recipe.serializer
+    specials = len(tokenizer("", add_special_tokens=True)["input_ids"])
+    return Serializer(
+        kind=s.kind,
+        max_tokens=s.max_tokens - specials,
+        observation_max_tokens=s.observation_max_tokens,
+    ).with_tokenizer(tokenizer)
+
+
+def _last_turn(serializer: Serializer, conv: Conversation) -> int | None:
+    """Prefix serializers score a whole trajectory as its longest prefix."""
+    return max(n_turns(conv) - 1, 0) if serializer.kind == "prefix" else None
+
+
+def build_model(recipe: Recipe, tokenizer: Any) -> Any:
+    """The backbone with its scalar head, from a name/path or from a config dict."""
+    from trajlake.value.neural import ValueNet
+
+    backbone = recipe.backbone
+    assert backbone is not None
+    if backbone.config is not None:
+        config = {**backbone.config, "vocab_size": len(tokenizer)}
+        return ValueNet.from_backbone_config(config, pooling=backbone.pooling)
+    import torch
+
+    return ValueNet.from_pretrained_backbone(
+        backbone.name_or_path,  # type: ignore[arg-type]
+        pooling=backbone.pooling,
+        torch_dtype=getattr(torch, backbone.torch_dtype),
+        gradient_checkpointing=backbone.gradient_checkpointing,
+        trust_remote_code=backbone.trust_remote_code,
+    )
+
+
+def fit_config(recipe: Recipe, checkpoint_dir: Path | None) -> FitConfig:
+    """The recipe's `train` section as the fit loop's config."""
+    from trajlake.value.fit import FitConfig
+
+    t = recipe.train
+    return FitConfig(
+        epochs=t.epochs,
+        batch_size=t.batch_size,
+        lr=t.lr,
+        weight_decay=t.weight_decay,
+        warmup_ratio=t.warmup_ratio,
+        grad_accum=t.grad_accum,
+        max_grad_norm=t.max_grad_norm,
+        loss=t.loss,
+        alpha=t.alpha,
+        seed=t.seed,
+        early_stopping_patience=t.early_stopping_patience,
+        eval_every=t.eval_every,
+        bf16=t.bf16,
+        gradient_checkpointing=recipe.backbone.gradient_checkpointing if recipe.backbone else False,
+        group_batches=t.loss != "bce",
+        max_steps=t.max_steps,
+        max_length=recipe.serializer.max_tokens,
+        checkpoint_dir=checkpoint_dir,
+    )
+
+
+def _whole_examples(
+    serializer: Serializer, convs: Mapping[str, Conversation], examples: Sequence[ValueExample]
+) -> TextExamples:
+    from trajlake.value.fit import TextExamples
+
+    texts = [
+        serializer.text(convs[e.trajectory_id], turn=_last_turn(serializer, convs[e.trajectory_id]))
+        for e in examples
+    ]
+    return TextExamples(
+        texts=texts, labels=[e.label for e in examples], groups=[e.task_id for e in examples]
+    )
+
+
+def _prefix_examples(
+    serializer: Serializer, convs: Mapping[str, Conversation], examples: Sequence[ValueExample]
+) -> tuple[list[str], list[int], list[str], list[int]]:
+    """Every turn boundary of every trajectory: texts, outcomes, groups, and owner indices."""
+    texts: list[str] = []
+    labels: list[int] = []
+    groups: list[str] = []
+    owners: list[int] = []
+    for i, example in enumerate(examples):
+        prefixes = serializer.prefix_texts(convs[example.trajectory_id])
+        texts += prefixes
+        labels += [example.label] * len(prefixes)
+        groups += [example.task_id] * len(prefixes)
+        owners += [i] * len(prefixes)
+    return texts, labels, groups, owners
+
+
+def fit_neural(
+    lake: Lake, recipe: Recipe, data: TrainingData, directory: Path, progress: Progress
+) -> tuple[np.ndarray, bool, dict[str, Any]]:
+    """Fit the recipe's neural model; return test scores, whether they are probabilities, and
+    training facts for the model card."""
+    from trajlake.value.neural import save_value_net, score_texts
+
+    everything = [e for split in data.splits.values() for e in split]
+    convs = read_conversations(lake, data.snapshot_id, [e.trajectory_id for e in everything])
+    train_convs = [convs[e.trajectory_id] for e in data.splits["train"]]
+    tokenizer = build_tokenizer(recipe, train_convs)
+    serializer = _model_serializer(recipe, tokenizer)
+    model = build_model(recipe, tokenizer)
+    started = time.perf_counter()
+    if recipe.kind == "prefix-value":
+        result, extra = _fit_prefix(model, tokenizer, serializer, convs, data, recipe, directory)
+    else:
+        result = _fit_whole(model, tokenizer, serializer, convs, data, recipe, directory, progress)
+        extra = {}
+    spec = model.spec(
+        max_length=recipe.serializer.max_tokens,
+        serializer=serializer.to_dict(),
+        extra={"kind": recipe.kind, "loss": recipe.train.loss},
+    )
+    save_value_net(directory, model, tokenizer, spec)
+    test = _whole_examples(serializer, convs, data.splits["test"])
+    scores = score_texts(
+        model, tokenizer, test.texts, batch_size=recipe.eval_batch_size, max_length=spec.max_length
+    )
+    training = {
+        "seconds": round(time.perf_counter() - started, 3),
+        "history": result.history,
+        "best_epoch": result.best_epoch,
+        "train_tokens": result.n_train_tokens,
+        "tokens_per_second": result.tokens_per_second,
+        **extra,
+    }
+    return np.asarray(scores, dtype=np.float64), recipe.train.loss.startswith("bce"), training
+
+
+def _fit_whole(
+    model: Any,
+    tokenizer: Any,
+    serializer: Serializer,
+    convs: Mapping[str, Conversation],
+    data: TrainingData,
+    recipe: Recipe,
+    directory: Path,
+    progress: Progress,
+) -> Any:
+    from trajlake.value.fit import fit_value_net
+
+    train = _whole_examples(serializer, convs, data.splits["train"])
+    val = _whole_examples(serializer, convs, data.splits["val"]) if data.splits["val"] else None
+
+    reporter = _StepReporter(progress)
+    try:
+        return fit_value_net(
+            model,
+            tokenizer,
+            train,
+            val,
+            fit_config(recipe, directory / "checkpoints"),
+            progress=reporter,
+        )
+    finally:
+        progress.finish()  # also after an early stop
+
+
+class _StepReporter:
+    """Adapts the fit loop's step callback to a `Progress` bar (the fit loop logs evaluations)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.done = -1
+
+    def __call__(self, step: int, total: int, metrics: dict[str, Any]) -> None:
+        if self.done < 0:
+            self.progress.start("training", total)
+            self.done = 0
+        self.progress.advance(step - self.done)
+        self.done = step
+
+
+def _fit_prefix(
+    model: Any,
+    tokenizer: Any,
+    serializer: Serializer,
+    convs: Mapping[str, Conversation],
+    data: TrainingData,
+    recipe: Recipe,
+    directory: Path,
+) -> tuple[Any, dict[str, Any]]:
+    """Prefix value model: every turn boundary is an example. MC: the target is the outcome.
+    TD(λ): each round recomputes λ-returns from the current model's values, then trains."""
+    from trajlake.value.fit import TextExamples, fit_value_net
+    from trajlake.value.losses import td_lambda_targets
+    from trajlake.value.neural import score_texts
+
+    if serializer.kind != "prefix":
+        raise TrainingError("a prefix-value recipe needs serializer.kind: prefix")
+    texts, labels, groups, owners = _prefix_examples(serializer, convs, data.splits["train"])
+    val = None
+    if data.splits["val"]:
+        v_texts, v_labels, v_groups, _ = _prefix_examples(serializer, convs, data.splits["val"])
+        val = TextExamples(texts=v_texts, labels=v_labels, groups=v_groups)
+    config = fit_config(recipe, directory / "checkpoints")
+    spec = recipe.prefix
+    targets: list[float] = [float(y) for y in labels]
+    rounds = spec.rounds if spec.target == "td" else 1
+    result = None
+    for round_ in range(rounds):
+        if round_ > 0:
+            values = score_texts(
+                model,
+                tokenizer,
+                texts,
+                batch_size=recipe.eval_batch_size,
+                max_length=recipe.serializer.max_tokens,
+            )
+            targets = _td_targets(values, labels, owners, spec.td_lambda, td_lambda_targets)
+        train = TextExamples(texts=texts, labels=targets, groups=groups)
+        result = fit_value_net(model, tokenizer, train, val, config)
+    return result, {
+        "prefix_target": spec.target,
+        "td_lambda": spec.td_lambda,
+        "prefix_examples": len(texts),
+        "rounds": rounds,
+    }
+
+
+def _td_targets(
+    values: Any, labels: Sequence[int], owners: Sequence[int], lam: float, td: Any
+) -> list[float]:
+    """λ-returns per trajectory from the model's prefix values.
+
+    Prefix t (everything up to and including turn t's observations) is the state s_{t+1}; the
+    last prefix is the terminal state s_T, whose target is the outcome R itself, and the
+    earlier ones bootstrap from their successors (`td` computes G_t from V(s_{t+1}), V(s_T)=R).
+    """
+    out: list[float] = []
+    values = np.asarray(values, dtype=np.float64)
+    start = 0
+    while start < len(owners):
+        end = start
+        while end < len(owners) and owners[end] == owners[start]:
+            end += 1
+        outcome = float(labels[start])
+        out += [float(x) for x in td(values[start : end - 1], outcome, lam)] + [outcome]
+        start = end
+    return out

@@ -1,0 +1,597 @@
+"""Value-model inputs: a trajectory in any shape → one `Conversation` → one text in a token budget.
+
+Three layouts (methods.md §8.2): the whole trajectory in a judge layout, issue + final output, and
+the prefix up to a turn. Pure Python: counting with a real tokenizer is injected, never imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast, get_args
+
+from trajlake.schema import CanonicalTrajectory, Role
+
+SerializerKind = Literal["whole", "final", "prefix"]
+TokenCounter = Callable[[str], int]
+KINDS: tuple[str, ...] = get_args(SerializerKind)
+
+INSTRUCTION = (
+    "Below is an issue and the log of an agent's attempt to resolve it. "
+    "Judge whether the attempt resolved the issue."
+)
+SYSTEM_HEADER = "=== SYSTEM PROMPT ==="
+ISSUE_HEADER = "=== ISSUE ==="
+LOG_HEADER = "=== INTERACTION LOG ==="
+END_HEADER = "=== END INTERACTION ==="
+FINAL_HEADER = "=== FINAL OUTPUT ==="
+LAST_MESSAGE_HEADER = "=== LAST ASSISTANT MESSAGE ==="
+_LABELS: dict[str, str] = {"system": "SYSTEM:", "user": "USER:", "tool": "OBSERVATION:"}
+_ROLE_ALIASES: dict[str, Role] = {"developer": "system", "function": "tool"}
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+_TRIES = 6
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One normalised message: role, text, tool calls as (name, arguments string), tool name."""
+
+    role: Role
+    content: str
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A trajectory reduced to what a value model reads.
+
+    Attributes:
+        task: The issue / problem statement (explicit task text, else the first user message).
+        messages: The main thread's messages, in order, including the system and task messages.
+        final_output: The submitted patch or answer; None when absent or empty.
+        task_id: The task id, when known.
+        trajectory_id: The trajectory id, when known.
+    """
+
+    task: str
+    messages: tuple[ChatMessage, ...]
+    final_output: str | None = None
+    task_id: str | None = None
+    trajectory_id: str | None = None
+
+
+def approx_token_count(text: str) -> int:
+    """The default token counter: ``ceil(len(text) / 4)``, about right for English and code.
+
+    It is additive up to rounding (the count of a join never exceeds the sum of the parts' counts),
+    so budgets computed from pieces hold for the whole text.
+    """
+    return (len(text) + 3) // 4
+
+
+def tokenizer_counter(tokenizer: Any) -> TokenCounter:
+    """An exact counter from a Hugging Face tokenizer (special tokens not counted)."""
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    return count
+
+
+# ---------------------------------------------------------------- normalisation
+
+
+def as_conversation(obj: Any) -> Conversation:
+    """Normalise a trajectory given in any supported shape.
+
+    Args:
+        obj: A `Conversation`; a `CanonicalTrajectory`; a canonical dict (trajectory fields plus
+            ``"messages"``, as read from canonical JSONL); a dict ``{"messages": [...], "task":
+            ..., "final_output": ...}``; or a plain OpenAI chat message list. Tool calls may be
+            OpenAI-nested (``{"function": {"name", "arguments"}}``) or flat (``{name,
+            arguments}``); content may be a string or a list of ``{"type": "text"}`` parts.
+            Only the main thread is kept.
+
+    Returns:
+        The conversation.
+
+    Raises:
+        TypeError: `obj` or one of its messages has none of these shapes.
+        ValueError: A message has an unknown role.
+    """
+    if isinstance(obj, Conversation):
+        return obj
+    if isinstance(obj, CanonicalTrajectory):
+        return _from_mapping(obj.model_dump(include=_CANONICAL_FIELDS))
+    if isinstance(obj, Mapping) and isinstance(obj.get("messages"), Sequence):
+        return _from_mapping(obj)
+    if isinstance(obj, Sequence) and not isinstance(obj, str | bytes):
+        return _from_mapping({"messages": obj})
+    raise TypeError(
+        "expected a Conversation, a CanonicalTrajectory, a dict with a 'messages' list or a list "
+        f"of OpenAI chat messages, got {type(obj).__name__}"
+    )
+
+
+_MESSAGE_FIELDS = {
+    *("role", "content", "parts", "tool_calls", "tool_call_id", "name", "thread"),
+    "is_copied_context",
+}
+_CANONICAL_FIELDS: Any = {
+    "task_id": True,
+    "trajectory_id": True,
+    "final_output": True,
+    "messages": {"__all__": _MESSAGE_FIELDS},
+}
+
+
+def _from_mapping(data: Mapping[str, Any]) -> Conversation:
+    call_names: dict[str, str] = {}
+    messages, tasks = [], []
+    for raw in data["messages"]:
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"expected each message to be a dict, got {type(raw).__name__}")
+        if (raw.get("thread") or "main") == "main":
+            messages.append(_message(raw, call_names))
+            if messages[-1].role == "user":
+                # A copied demonstration is not the task (it stays in the log: turns keep the
+                # lake's numbering).
+                tasks.append((bool(raw.get("is_copied_context")), messages[-1].content))
+    task = data.get("task")
+    if not isinstance(task, str):
+        task = min(tasks, key=lambda t: t[0], default=(False, ""))[1]
+    final = data.get("final_output")
+    return Conversation(
+        task=task,
+        messages=tuple(messages),
+        final_output=final if isinstance(final, str) and final.strip() else None,
+        task_id=_optional_str(data.get("task_id")),
+        trajectory_id=_optional_str(data.get("trajectory_id")),
+    )
+
+
+def _optional_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _message(raw: Mapping[str, Any], call_names: dict[str, str]) -> ChatMessage:
+    role = raw.get("role")
+    if not isinstance(role, str):
+        raise TypeError(f"expected a message with a string 'role', got keys {sorted(raw)}")
+    role = _ROLE_ALIASES.get(role, role)
+    if role not in ("system", "user", "assistant", "tool"):
+        raise ValueError(f"unknown message role {role!r} (system, user, assistant or tool)")
+    calls = []
+    for call in raw.get("tool_calls") or ():
+        call_id, call_name, arguments = _tool_call(call)
+        if call_id is not None:
+            call_names[call_id] = call_name
+        calls.append((call_name, arguments))
+    name = _optional_str(raw.get("name"))
+    if name is None and role == "tool":
+        name = call_names.get(str(raw.get("tool_call_id")))
+    content = _text(raw.get("content"), raw.get("parts"))
+    return ChatMessage(cast(Role, role), content, tuple(calls), name)
+
+
+def _tool_call(call: Any) -> tuple[str | None, str, str]:
+    if not isinstance(call, Mapping):
+        raise TypeError(f"expected a tool call dict, got {type(call).__name__}")
+    function = call.get("function")
+    source = function if isinstance(function, Mapping) else call
+    name, arguments = source.get("name"), source.get("arguments")
+    if not isinstance(name, str):
+        raise TypeError("expected a tool call with a string 'name' (flat or under 'function')")
+    if arguments is None:
+        arguments = ""
+    elif not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return _optional_str(call.get("id")), name, arguments
+
+
+def _text(content: Any, parts: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return _join_parts(parts) if parts else ""
+    if isinstance(content, Sequence):
+        return _join_parts(content)
+    raise TypeError(f"expected message content as a string or list of parts, got {content!r}")
+
+
+def _join_parts(parts: Any) -> str:
+    texts = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif not isinstance(part, Mapping):
+            raise TypeError(f"expected content parts to be dicts, got {type(part).__name__}")
+        elif part.get("type", "text") in _TEXT_PARTS and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def n_turns(conv: Conversation) -> int:
+    """Number of turns: assistant messages of the main thread (turn t = the t-th, 0-based)."""
+    return sum(1 for m in conv.messages if m.role == "assistant")
+
+
+# ---------------------------------------------------------------- rendering
+
+
+@dataclass(frozen=True)
+class _Piece:
+    text: str
+    tokens: int
+
+
+class _Ctx:
+    """Counts each piece once; fixed strings (headers) are counted once per call."""
+
+    def __init__(self, count: TokenCounter, observation_max_tokens: int) -> None:
+        self.count = count
+        self.observation_max_tokens = observation_max_tokens
+        self._fixed: dict[str, _Piece] = {}
+        self.sep = count("\n")
+
+    def piece(self, text: str) -> _Piece:
+        return _Piece(text, self.count(text))
+
+    def fixed(self, text: str) -> _Piece:
+        if text not in self._fixed:
+            self._fixed[text] = self.piece(text)
+        return self._fixed[text]
+
+    def join(self, pieces: Sequence[_Piece]) -> _Piece:
+        """Joined with newlines; the count is the sum of the parts' (checked later)."""
+        tokens = sum(p.tokens for p in pieces) + self.sep * max(len(pieces) - 1, 0)
+        return _Piece("\n".join(p.text for p in pieces), tokens)
+
+    def truncate(self, piece: _Piece, limit: int, keep: Literal["head", "middle"]) -> _Piece:
+        """Cut to at most `limit` tokens, keeping the head (and tail), with a marker."""
+        if piece.tokens <= limit:
+            return piece
+        text, fraction = piece.text, max(limit, 0) / piece.tokens
+        for _ in range(_TRIES):
+            # Cut by characters in proportion, then measure: token density is uneven.
+            chars = int(len(text) * fraction)
+            omitted = max(1, round(piece.tokens * (1 - chars / len(text))))
+            marker = f"[... {omitted} tokens omitted ...]"
+            if keep == "head":
+                out = f"{text[:chars]}\n{marker}"
+            else:
+                head, tail = (chars + 1) // 2, chars // 2
+                out = f"{text[:head]}\n{marker}\n{text[len(text) - tail :]}"
+            cut = self.piece(out)
+            if cut.tokens <= limit:
+                return cut
+            fraction *= 0.9 * limit / cut.tokens
+        marker_piece = self.piece(f"[... {piece.tokens} tokens omitted ...]")
+        return marker_piece if marker_piece.tokens <= limit else _Piece("", 0)
+
+
+def _call_text(name: str, arguments: str) -> str:
+    try:
+        params = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        params = None
+    if not isinstance(params, dict):
+        return f"<function={name}>\n{arguments}\n</function>"
+    lines = [f"<function={name}>"]
+    for key, value in params.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines.append(f"<parameter={key}>{shown}</parameter>")
+    lines.append("</function>")
+    return "\n".join(lines)
+
+
+def _render(ctx: _Ctx, message: ChatMessage) -> list[_Piece]:
+    if message.role != "assistant":
+        body = ctx.truncate(ctx.piece(message.content), ctx.observation_max_tokens, "middle")
+        return [ctx.fixed(_LABELS[message.role]), body]
+    lines = [message.content] if message.content else []
+    lines += [_call_text(name, arguments) for name, arguments in message.tool_calls]
+    return [ctx.fixed("ASSISTANT:"), ctx.piece("\n".join(lines))]
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """A conversation rendered and counted once, ready to assemble under any budget."""
+
+    system: _Piece | None
+    issue: _Piece
+    blocks: tuple[_Piece, ...]
+    """One per turn; turn 0's block starts with messages between the task and the first turn."""
+    final: _Piece | None
+    last_message: _Piece | None
+
+
+def _parts(ctx: _Ctx, conv: Conversation) -> _Parts:
+    system: list[str] = []
+    extras: list[_Piece] = []
+    turns: list[list[_Piece]] = []
+    task_pending, last = True, None
+    for m in conv.messages:
+        if m.role == "assistant":
+            rendered = _render(ctx, m)
+            turns.append(extras + rendered if not turns else rendered)
+            last = rendered[1]
+        elif turns:
+            turns[-1] += _render(ctx, m)
+        elif m.role == "system":
+            system.append(m.content)
+        elif task_pending and m.role == "user" and m.content.strip() == conv.task.strip():
+            task_pending = False  # shown as the issue
+        else:
+            extras += _render(ctx, m)
+    blocks = [ctx.join(t) for t in turns] or ([ctx.join(extras)] if extras else [])
+    return _Parts(
+        system=ctx.piece("\n\n".join(system)) if system else None,
+        issue=ctx.piece(conv.task),
+        blocks=tuple(blocks),
+        final=ctx.piece(conv.final_output) if conv.final_output is not None else None,
+        last_message=last,
+    )
+
+
+# ---------------------------------------------------------------- budgeting
+
+
+def _log_pieces(
+    ctx: _Ctx,
+    system: _Piece | None,
+    issue: _Piece,
+    blocks: Sequence[_Piece],
+    dropped: int,
+    final: _Piece | None,
+) -> list[_Piece]:
+    out = [ctx.fixed(INSTRUCTION)]
+    if system is not None:
+        out += [ctx.fixed(SYSTEM_HEADER), system]
+    out += [ctx.fixed(ISSUE_HEADER), issue, ctx.fixed(LOG_HEADER)]
+    if dropped:
+        out.append(ctx.piece(f"[... {dropped} earlier turns omitted ...]"))
+    out += [*blocks, ctx.fixed(END_HEADER)]
+    if final is not None:
+        out += [ctx.fixed(FINAL_HEADER), final]
+    return out
+
+
+def _newest(ctx: _Ctx, blocks: Sequence[_Piece], budget: int) -> list[_Piece]:
+    """The newest blocks, whole, that fit in `budget`; else the newest one cut to fit."""
+    kept: list[_Piece] = []
+    for block in reversed(blocks):
+        if block.tokens + ctx.sep > budget:
+            break
+        kept.insert(0, block)
+        budget -= block.tokens + ctx.sep
+    if not kept and blocks and budget > ctx.sep:
+        kept = [ctx.truncate(blocks[-1], budget - ctx.sep, "middle")]
+    return kept
+
+
+def _fit(ctx: _Ctx, full: _Piece, attempt: Callable[[int], str], max_tokens: int) -> str:
+    """`full` when it fits, else `attempt(budget)`, re-run with a smaller budget on overshoot.
+
+    Piece counts of a tokenizer need not add up exactly over joins, so the text is measured.
+    """
+    if full.tokens <= max_tokens and ctx.count(full.text) <= max_tokens:
+        return full.text
+    budget = max_tokens
+    for _ in range(_TRIES):
+        text = attempt(budget)
+        excess = ctx.count(text) - max_tokens
+        if excess <= 0:
+            return text
+        budget -= excess
+    return _hard_cut(ctx, text, max_tokens)
+
+
+def _fit_log(
+    ctx: _Ctx, parts: _Parts, blocks: Sequence[_Piece], final: _Piece | None, max_tokens: int
+) -> str:
+    def attempt(budget: int) -> str:
+        system = ctx.truncate(parts.system, max_tokens // 8, "middle") if parts.system else None
+        issue = ctx.truncate(parts.issue, max_tokens // 4, "head")
+        output = ctx.truncate(final, max_tokens // 4, "middle") if final is not None else None
+        # Sized with the widest marker, so the real one (fewer turns dropped) fits too.
+        frame = ctx.join(_log_pieces(ctx, system, issue, [], len(blocks), output))
+        kept = _newest(ctx, blocks, budget - frame.tokens)
+        pieces = _log_pieces(ctx, system, issue, kept, len(blocks) - len(kept), output)
+        return ctx.join(pieces).text
+
+    full = ctx.join(_log_pieces(ctx, parts.system, parts.issue, blocks, 0, final))
+    return _fit(ctx, full, attempt, max_tokens)
+
+
+def _fit_final(ctx: _Ctx, parts: _Parts, max_tokens: int) -> str:
+    if parts.final is not None:
+        header, body = ctx.fixed(FINAL_HEADER), parts.final
+    elif parts.last_message is not None:
+        header, body = ctx.fixed(LAST_MESSAGE_HEADER), parts.last_message
+    else:
+        header, body = ctx.fixed(FINAL_HEADER), ctx.fixed("(none)")
+    head = [ctx.fixed(INSTRUCTION), ctx.fixed(ISSUE_HEADER)]
+
+    def attempt(budget: int) -> str:
+        frame = [*head, ctx.truncate(parts.issue, max_tokens // 4, "head"), header]
+        cut = ctx.truncate(body, budget - ctx.join(frame).tokens - ctx.sep, "middle")
+        return ctx.join([*frame, cut]).text
+
+    return _fit(ctx, ctx.join([*head, parts.issue, header, body]), attempt, max_tokens)
+
+
+def _hard_cut(ctx: _Ctx, text: str, max_tokens: int) -> str:
+    """Last resort for budgets too small for the layout itself: the longest fitting head."""
+    low, high = 0, len(text)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if ctx.count(text[:mid]) <= max_tokens:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low]
+
+
+# ---------------------------------------------------------------- public API
+
+
+def _check_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def _check_kind(kind: Any) -> SerializerKind:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {list(KINDS)}, got {kind!r}")
+    return cast(SerializerKind, kind)
+
+
+def _text_of(
+    ctx: _Ctx, parts: _Parts, kind: SerializerKind, turn: int | None, max_tokens: int
+) -> str:
+    if kind == "final":
+        return _fit_final(ctx, parts, max_tokens)
+    if kind == "whole":
+        return _fit_log(ctx, parts, parts.blocks, parts.final, max_tokens)
+    return _fit_log(ctx, parts, parts.blocks[: cast(int, turn) + 1], None, max_tokens)
+
+
+def serialize(
+    conv: Conversation | Any,
+    kind: SerializerKind,
+    *,
+    turn: int | None = None,
+    max_tokens: int = 4096,
+    observation_max_tokens: int = 512,
+    count_tokens: TokenCounter | None = None,
+) -> str:
+    """Render a conversation as one value-model input text within a token budget.
+
+    Layouts: ``"whole"`` is a judge prompt: instruction, the agent's system prompt, ``=== ISSUE
+    ===``, ``=== INTERACTION LOG ===`` (assistant text, tool calls as
+    ``<function=name><parameter=p>v</parameter></function>``, ``OBSERVATION:`` blocks), ``===
+    END INTERACTION ===`` and, when known, ``=== FINAL OUTPUT ===``. ``"prefix"`` is the same up
+    to turn `turn` (its observations included) without the final output. ``"final"`` is the
+    issue and the final output (the last assistant message when there is none).
+
+    Every observation is cut in the middle to `observation_max_tokens`. When the text would
+    exceed `max_tokens`, the issue keeps its head (at most 1/4 of the budget), the system prompt
+    at most 1/8, the final output at most 1/4 (cut in the middle), and the log keeps its newest
+    turns whole, the oldest dropped first behind an ``[... N earlier turns omitted ...]`` marker.
+
+    Args:
+        conv: A `Conversation` or anything `as_conversation` accepts.
+        kind: ``"whole"``, ``"final"`` or ``"prefix"``.
+        turn: The last turn of a prefix (0-based); only for ``"prefix"``.
+        max_tokens: Token budget of the whole text.
+        observation_max_tokens: Token budget of each observation (and other non-assistant message).
+        count_tokens: Token counter; default `approx_token_count`. Each piece is counted once,
+            and the assembled text (about `max_tokens` long) once more to guarantee the budget.
+
+    Returns:
+        The text; ``count_tokens(text) <= max_tokens``. The same input gives the same text.
+
+    Raises:
+        ValueError: Unknown kind, `turn` missing/out of range for a prefix or given otherwise, or
+            non-positive budgets.
+        TypeError: `conv` has no supported shape, or a budget is not an int.
+    """
+    conversation = as_conversation(conv)
+    kind = _check_kind(kind)
+    _check_int("max_tokens", max_tokens)
+    ctx = _Ctx(
+        count_tokens or approx_token_count,
+        _check_int("observation_max_tokens", observation_max_tokens),
+    )
+    if kind == "prefix":
+        turns = n_turns(conversation)
+        if isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn < turns:
+            raise ValueError(f"kind='prefix' needs a turn in 0..{turns - 1}, got {turn!r}")
+    elif turn is not None:
+        raise ValueError(f"turn is only for kind='prefix', not {kind!r}")
+    return _text_of(ctx, _parts(ctx, conversation), kind, turn, max_tokens)
+
+
+@dataclass(frozen=True)
+class Serializer:
+    """A serializer configuration, saved with a model so that inputs are rendered the same way.
+
+    Attributes:
+        kind: ``"whole"``, ``"final"`` or ``"prefix"`` (see `serialize`).
+        max_tokens: Token budget of one text.
+        observation_max_tokens: Token budget of each observation.
+        count_tokens: Token counter (default `approx_token_count`); not saved by `to_dict`, set
+            it again with `with_tokenizer` after loading.
+    """
+
+    kind: SerializerKind
+    max_tokens: int = 4096
+    observation_max_tokens: int = 512
+    count_tokens: TokenCounter | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_kind(self.kind)
+        _check_int("max_tokens", self.max_tokens)
+        _check_int("observation_max_tokens", self.observation_max_tokens)
+
+    def with_tokenizer(self, tokenizer: Any) -> Serializer:
+        """A copy counting tokens exactly with a Hugging Face tokenizer."""
+        return dataclasses.replace(self, count_tokens=tokenizer_counter(tokenizer))
+
+    def text(self, obj: Any, turn: int | None = None) -> str:
+        """The text of one trajectory (`turn` only for ``kind="prefix"``)."""
+        return serialize(
+            obj,
+            self.kind,
+            turn=turn,
+            max_tokens=self.max_tokens,
+            observation_max_tokens=self.observation_max_tokens,
+            count_tokens=self.count_tokens,
+        )
+
+    def texts(self, objs: Iterable[Any]) -> list[str]:
+        """The texts of many trajectories, in order (not for ``"prefix"``: see `prefix_texts`)."""
+        if self.kind == "prefix":
+            raise ValueError("kind='prefix' needs a turn per text; use prefix_texts")
+        return [self.text(obj) for obj in objs]
+
+    def prefix_texts(self, obj: Any) -> list[str]:
+        """The prefix text up to each turn t = 0..n_turns-1, rendering and counting pieces once."""
+        ctx = _Ctx(self.count_tokens or approx_token_count, self.observation_max_tokens)
+        conversation = as_conversation(obj)
+        parts = _parts(ctx, conversation)
+        return [
+            _text_of(ctx, parts, "prefix", t, self.max_tokens) for t in range(n_turns(conversation))
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready settings (the counter is not included)."""
+        return {
+            "kind": self.kind,
+            "max_tokens": self.max_tokens,
+            "observation_max_tokens": self.observation_max_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Serializer:
+        """The serializer `to_dict` described.
+
+        Raises:
+            ValueError: Unknown keys, a missing kind or invalid values.
+            TypeError: `data` is not a mapping or a value has the wrong type.
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"expected a dict, got {type(data).__name__}")
+        unknown = set(data) - {"kind", "max_tokens", "observation_max_tokens"}
+        if unknown or "kind" not in data:
+            raise ValueError(
+                f"expected keys kind, max_tokens, observation_max_tokens; got {sorted(data)}"
+            )
+        return cls(**dict(data))
