@@ -127,6 +127,15 @@ def test_features_exact_on_hand_made_trajectory(lake: tl.Lake) -> None:
         trajectory_features(lake, ["hand-1", "nope"])
 
 
+def test_features_of_a_trajectory_without_status(lake: tl.Lake) -> None:
+    """Harnesses that record no status (τ-bench) read as not truncated / errored / timed out."""
+    lake.write([{**_hand_made(), "status": None}])
+    x, names = trajectory_features(lake, ["hand-1"])
+    row = dict(zip(names, x[0], strict=True))
+    assert np.isfinite(x).all()
+    assert row["status_truncated"] == row["status_error"] == row["status_timeout"] == 0
+
+
 def test_features_shape_on_synth(synth_lake: tl.Lake) -> None:
     ids = [e.trajectory_id for e in load_examples(synth_lake)]
     x, names = trajectory_features(synth_lake, ids)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +16,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from trajlake.errors import TrainingError  # noqa: E402
-from trajlake.value.fit import (  # noqa: E402
-    FitConfig,
-    TextExamples,
-    _BucketBatchSampler,
-    _encode,
-    fit_value_net,
-)
+from trajlake.value._fit_batches import _BucketBatchSampler, _encode  # noqa: E402
+from trajlake.value.fit import FitConfig, TextExamples, fit_value_net  # noqa: E402
 from trajlake.value.metrics import auroc  # noqa: E402
 from trajlake.value.neural import ValueNet, load_value_net, score_texts, train_tokenizer  # noqa: E402
 
@@ -147,6 +144,55 @@ def test_early_stopping_restores_the_best_weights(tokenizer: Any, tmp_path: Path
     assert spec.extra == {"loss": "bce", "alpha": 1.0} and spec.max_length == 64
     reloaded = score_texts(saved, saved_tok, flipped.texts, max_length=64)
     assert reloaded.tolist() == pytest.approx(probs.tolist(), abs=1e-6)
+
+
+@contextlib.contextmanager
+def accelerate_singletons() -> Iterator[None]:
+    """Fresh accelerate singletons inside; the process' own back afterwards."""
+    state = pytest.importorskip("accelerate.state")
+    shared = [
+        state.AcceleratorState._shared_state,
+        state.GradientState._shared_state,
+        state.PartialState._shared_state,
+    ]
+    saved = [dict(d) for d in shared]
+    for d in shared:
+        d.clear()
+    try:
+        yield
+    finally:
+        for d, old in zip(shared, saved, strict=True):
+            d.clear()
+            d.update(old)
+
+
+def test_an_earlier_trainers_accelerate_state_changes_nothing(
+    tokenizer: Any, tmp_path: Path
+) -> None:
+    # A TRL/transformers trainer run earlier in the process leaves accelerate's singletons set up
+    # (here bf16 mixed precision on a forced CPU); fit_value_net must train as in a fresh process,
+    # return a model without accelerate's autocast wrapper and checkpoint exactly what it returns.
+    from accelerate import Accelerator
+
+    cfg = config(epochs=1, max_steps=4, eval_every=2, checkpoint_dir=str(tmp_path / "ckpt"))
+    val = toy(24, 1)
+    with accelerate_singletons():
+        reference = encoder(tokenizer)
+        fit_value_net(reference, tokenizer, TRAIN, val, cfg)
+    with accelerate_singletons():
+        earlier = Accelerator(mixed_precision="bf16", cpu=True, gradient_accumulation_steps=3)
+        model = encoder(tokenizer)
+        fit_value_net(model, tokenizer, TRAIN, val, cfg)
+        left = (earlier.state.mixed_precision, earlier.gradient_state.num_steps)
+    assert "forward" not in vars(model)  # no forward patched by accelerate's `prepare`
+    trained, expected = model.state_dict(), reference.state_dict()
+    assert all(torch.equal(trained[k], expected[k]) for k in expected)
+    saved, saved_tok, _ = load_value_net(tmp_path / "ckpt")
+    assert all(torch.equal(v, trained[k]) for k, v in saved.state_dict().items())
+    probs = score_texts(model, tokenizer, val.texts, max_length=64)
+    reloaded = score_texts(saved, saved_tok, val.texts, max_length=64)
+    assert reloaded.tolist() == pytest.approx(probs.tolist(), abs=1e-6)
+    assert left == ("bf16", 3)  # the earlier trainer's state is as it left it
 
 
 def test_max_steps_caps_training_and_evaluates_at_the_end(tokenizer: Any) -> None:

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trajlake.errors import TrainingError
+from trajlake.errors import TrainingError, missing_extra
 from trajlake.value.dataset import ValueExample
-from trajlake.value.recipe import Recipe
+from trajlake.value.recipe import LoraSpec, Recipe
 from trajlake.value.serialize import Conversation, Serializer, as_conversation, n_turns
 
 if TYPE_CHECKING:
@@ -93,6 +93,28 @@ def build_model(recipe: Recipe, tokenizer: Any) -> Any:
     )
 
 
+def apply_lora(model: Any, lora: LoraSpec) -> None:
+    """Wrap the backbone with low-rank adapters (peft); the value head stays fully trainable."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise missing_extra("peft", "lora") from e
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+    )
+    model.backbone = get_peft_model(model.backbone, config)
+
+
+def merge_lora(model: Any) -> None:
+    """Fold trained adapters into the backbone weights, so the saved model is a plain backbone
+    that loads without peft."""
+    if hasattr(model.backbone, "merge_and_unload"):
+        model.backbone = model.backbone.merge_and_unload()
+
+
 def fit_config(recipe: Recipe, checkpoint_dir: Path | None) -> FitConfig:
     """The recipe's `train` section as the fit loop's config."""
     from trajlake.value.fit import FitConfig
@@ -164,12 +186,17 @@ def fit_neural(
     tokenizer = build_tokenizer(recipe, train_convs)
     serializer = _model_serializer(recipe, tokenizer)
     model = build_model(recipe, tokenizer)
+    backbone = recipe.backbone
+    assert backbone is not None
+    if backbone.lora is not None:
+        apply_lora(model, backbone.lora)
     started = time.perf_counter()
     if recipe.kind == "prefix-value":
         result, extra = _fit_prefix(model, tokenizer, serializer, convs, data, recipe, directory)
     else:
         result = _fit_whole(model, tokenizer, serializer, convs, data, recipe, directory, progress)
         extra = {}
+    merge_lora(model)
     spec = model.spec(
         max_length=recipe.serializer.max_tokens,
         serializer=serializer.to_dict(),

@@ -8,12 +8,14 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from trajlake.errors import missing_extra
+# Plots live in `_report_plots`; re-exported (explicitly, `as`) as part of this API.
+from trajlake.value._report_plots import plot_best_at_k as plot_best_at_k
+from trajlake.value._report_plots import plot_reliability as plot_reliability
 from trajlake.value.metrics import (
     auroc,
     auroc_per_task,
@@ -24,10 +26,6 @@ from trajlake.value.metrics import (
     reliability_bins,
     rerank_report,
 )
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -270,79 +268,6 @@ def evaluation_report(
         "notes": notes,
         "extra": extra_fields,
     }
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def _new_figure(size: tuple[float, float], rows: int, cols: int, **kw: Any) -> tuple[Figure, Any]:
-    """A figure on the Agg canvas, without pyplot (no global backend or figure state)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise missing_extra("matplotlib", "train") from e
-    fig = Figure(figsize=size, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(rows, cols, squeeze=False, **kw)
-
-
-def _rerank_panel(ax: Axes, rows: Sequence[Mapping[str, Any]], title: str) -> None:
-    points = [r for r in rows if r["best_at_k"] is not None]
-    ax.set_title(f"{title} ({rows[0]['n_tasks'] if rows else 0} tasks)")
-    ax.set_xlabel("k (candidates per task)")
-    ax.set_ylabel("success rate")
-    ax.set_ylim(-0.02, 1.02)
-    if not points:
-        ax.text(0.5, 0.5, "no tasks", ha="center", va="center", transform=ax.transAxes)
-        return
-    ks = [r["k"] for r in points]
-    ax.plot(ks, [r["pass_at_k"] for r in points], ":", marker="^", label="Pass@k (oracle)")
-    ax.plot(ks, [r["best_at_k"] for r in points], "-", marker="o", label="Best@k (model)")
-    ax.plot(ks, [r["random_at_k"] for r in points], "--", label="Random@k")
-    ax.set_xticks(ks)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-
-
-def plot_best_at_k(report: Mapping[str, Any], path: str | Path) -> Path:
-    """Best@k, Random@k and Pass@k vs k on all tasks and on the rerankable subset, as PNG."""
-    fig, axes = _new_figure((10.0, 4.0), 1, 2)
-    _rerank_panel(axes[0][0], report["rerank"]["all"], "all tasks")
-    _rerank_panel(axes[0][1], report["rerank"]["rerankable"], "rerankable tasks (0 < c < n)")
-    fig.suptitle(f"Reranking: {report['model_id']}")
-    fig.savefig(path, format="png", dpi=100)
-    return Path(path)
-
-
-def plot_reliability(report: Mapping[str, Any], path: str | Path) -> Path:
-    """Reliability diagram (observed vs mean predicted per bin, the diagonal, bin counts) as PNG.
-
-    Raises:
-        ValueError: when the report holds no reliability bins (scores not probabilities).
-    """
-    bins = report.get("reliability_bins")
-    if not bins:
-        raise ValueError("the report has no reliability bins: its scores are not probabilities")
-    fig, axes = _new_figure((5.5, 6.0), 2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    top, bottom = axes[0][0], axes[1][0]
-    full = [b for b in bins if b["count"]]
-    top.plot([0, 1], [0, 1], ":", color="gray", label="perfect calibration")
-    top.plot([b["mean_prob"] for b in full], [b["frequency"] for b in full], "-o", label="model")
-    top.set_ylabel("observed success rate")
-    top.set_xlim(0, 1)
-    top.set_ylim(-0.02, 1.02)
-    top.grid(alpha=0.3)
-    top.legend(loc="upper left")
-    ece_value = report.get("ece")
-    shown = "n/a" if ece_value is None else f"{ece_value:.3f}"
-    top.set_title(f"Reliability: {report['model_id']} (ECE {shown})")
-    width = [b["upper"] - b["lower"] for b in bins]
-    bottom.bar([b["lower"] for b in bins], [b["count"] for b in bins], width=width, align="edge")
-    bottom.set_xlabel("mean predicted P(success)")
-    bottom.set_ylabel("candidates")
-    fig.savefig(path, format="png", dpi=100)
-    return Path(path)
 
 
 # --------------------------------------------------------------------------- Markdown, files

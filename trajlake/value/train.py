@@ -59,8 +59,14 @@ class TrainedModel:
 def prepare_data(
     lake: Lake, recipe: Recipe, *, at: SnapshotRef = None, where: str | None = None
 ) -> TrainingData:
-    """Examples with outcomes at one snapshot, split by task hash; training negatives balanced."""
-    snapshot = lake.snapshot(at)
+    """Examples with outcomes at one snapshot, split by task hash; training negatives balanced.
+
+    The snapshot recorded is the first one with the same input tables as `at` (commits that
+    only register models or store scores do not change what a model trains on).
+    """
+    from trajlake.credit.runs import input_snapshot
+
+    snapshot = lake.snapshot(input_snapshot(lake, at))
     where = where if where is not None else recipe.data.where
     examples = load_examples(lake, at=snapshot.snapshot_id, where=where, label=recipe.data.label)
     spec = recipe.data
