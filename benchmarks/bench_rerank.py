@@ -147,9 +147,7 @@ def cpu(args: argparse.Namespace) -> None:
 
         bare_s = _timed(bare, args.repeats)
         score_s = _timed(lambda: reranker.score(group), args.repeats)
-        http_s = _http_latency(
-            reranker, [_messages(r) for r in rows[: args.candidates]], args.repeats
-        )
+        http_s = _http_latency(reranker, group, args.repeats)  # the same candidates as JSON
         started = time.perf_counter()
         reranker.score(candidates)
         throughput = len(candidates) / (time.perf_counter() - started)
@@ -163,6 +161,10 @@ def cpu(args: argparse.Namespace) -> None:
     print(f"  ratio score / bare forward:    {med(score_s) / med(bare_s):.2f}")
     print(f"  ratio HTTP / score:            {med(http_s) / med(score_s):.2f}")
     print(f"  throughput: {throughput:.0f} candidates/s, {throughput * tokens:.0f} tokens/s")
+    print(
+        f"RATIO score/bare {med(score_s) / med(bare_s):.2f} "
+        f"http/score {med(http_s) / med(score_s):.2f}"
+    )
 
 
 def gpu(args: argparse.Namespace) -> None:

@@ -6,6 +6,10 @@ prints the held-out comparison (Best@n, Random@n, Pass@n, gap closed, AUROC, ECE
 task-bootstrap intervals, plus wall time per model.
 
     python benchmarks/bench_value_models.py [--tasks 120] [--rollouts 8] [--seed 0]
+
+With `--input PATH...` the same runs use real rollouts instead (any format `trajlake ingest`
+reads, with outcomes in the files or attached with `--labels`), e.g. the τ-bench airline file of
+the shared corpus.
 """
 
 from __future__ import annotations
@@ -50,21 +54,27 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=120)
     parser.add_argument("--rollouts", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--input", nargs="+", help="Real rollout files instead of synth data.")
+    parser.add_argument("--labels", help="Outcome file to attach (e.g. a results.json).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        batch = generate(
-            SynthConfig(seed=args.seed, n_tasks=args.tasks, rollouts_per_task=args.rollouts)
-        )
-        batch.write_jsonl(root / "synth.jsonl")
         lake = str(root / "lake")
         _cli("init", "--lake", lake)
-        _cli("ingest", str(root / "synth.jsonl"), "--lake", lake)
+        if args.input:
+            labels = ["--labels", args.labels] if args.labels else []
+            print(_cli("ingest", *args.input, "--lake", lake, *labels).strip())
+        else:
+            batch = generate(
+                SynthConfig(seed=args.seed, n_tasks=args.tasks, rollouts_per_task=args.rollouts)
+            )
+            batch.write_jsonl(root / "synth.jsonl")
+            _cli("ingest", str(root / "synth.jsonl"), "--lake", lake)
+            print(
+                f"synth seed={args.seed}: {args.tasks} tasks × {args.rollouts} rollouts, "
+                f"success rate {batch.success_rate:.3f}"
+            )
         _cli("tag", "gen-0", "--lake", lake)
-        print(
-            f"synth seed={args.seed}: {args.tasks} tasks × {args.rollouts} rollouts, "
-            f"success rate {batch.success_rate:.3f}"
-        )
         reports: dict[str, dict[str, Any]] = {}
         for label, recipe, extra in RUNS:
             started = time.perf_counter()
