@@ -293,3 +293,34 @@ def test_http_endpoint_serves_the_trained_model(trained: dict[str, Any]) -> None
     finally:
         stop.set()
         server.join(30)
+
+
+@pytest.mark.gpu
+def test_tiny_recipe_trains_in_bf16_and_serves_on_cuda(tmp_path: Path) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from trajlake.rerank import Reranker
+
+    lake_dir = str(tmp_path / "lake")
+    lake = tl.open_lake(lake_dir, create=True)
+    lake.write(generate(SynthConfig(seed=4, n_tasks=20, rollouts_per_task=6)).trajectories)
+    _run(
+        "train",
+        "value",
+        "--lake",
+        lake_dir,
+        "--config",
+        str(MODELS / "tiny.yaml"),
+        "--out",
+        str(tmp_path / "m"),
+        "--set",
+        "train.bf16=true",
+        *FAST,
+    )
+    reranker = Reranker.load(tmp_path / "m")
+    assert reranker.device == "cuda"
+    rows = _candidates(lake_dir, "synth-repo-0001")
+    scores = reranker.score(rows)
+    assert len(scores) == 6 and all(0.0 < s < 1.0 for s in scores)

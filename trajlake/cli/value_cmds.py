@@ -95,6 +95,8 @@ def train_value(
         register=not no_register,
         progress=progress_for("items"),
     )
+    if trained.card is None:  # a non-main process of a multi-GPU run: rank 0 reports
+        return
     metrics = headline_metrics(trained.report)
     if output == "json":
         click.echo(

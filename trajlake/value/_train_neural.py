@@ -202,7 +202,10 @@ def fit_neural(
         serializer=serializer.to_dict(),
         extra={"kind": recipe.kind, "loss": recipe.train.loss},
     )
-    save_value_net(directory, model, tokenizer, spec)
+    from trajlake.value.train import is_main_process
+
+    if is_main_process():
+        save_value_net(directory, model, tokenizer, spec)
     test = _whole_examples(serializer, convs, data.splits["test"])
     scores = score_texts(
         model, tokenizer, test.texts, batch_size=recipe.eval_batch_size, max_length=spec.max_length

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,13 +48,19 @@ class TrainingData:
 
 @dataclass(frozen=True)
 class TrainedModel:
-    """What training produced: the directory, its card and the held-out report."""
+    """What training produced: the directory, its card and the held-out report (the card is
+    None and the report empty on the non-main processes of a multi-process run)."""
 
     model_id: str
     directory: Path
-    card: ModelCard
+    card: ModelCard | None
     report: dict[str, Any]
     registered_snapshot: int | None
+
+
+def is_main_process() -> bool:
+    """True unless this is a non-zero rank of a torchrun / accelerate launch job."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def prepare_data(
@@ -144,6 +151,8 @@ def train_value_model(
     log.info("training %s on snapshot %s into %s", model_id, data.snapshot_id, directory)
 
     fitted = _fit(lake, recipe, data, directory, progress)
+    if not is_main_process():  # under torchrun / accelerate launch, rank 0 writes and registers
+        return TrainedModel(model_id, directory, None, {}, None)
     test = data.splits["test"]
     report = evaluation_report(
         [e.task_id for e in test],
