@@ -24,6 +24,7 @@ from trajlake.cli.label_cmd import label
 from trajlake.cli.lake_cmds import init, log_cmd, maintain, schema, tag, tags, validate
 from trajlake.cli.lineage_cmd import lineage_cmd
 from trajlake.cli.progress import stderr_console
+from trajlake.cli.proxy_cmd import proxy
 from trajlake.cli.value_cmds import eval_group, rerank, score, serve, train_group
 
 USER_ERRORS: tuple[type[BaseException], ...] = (tl.TrajlakeError, ValueError, OSError)
@@ -117,6 +118,7 @@ for command in (
     score,
     rerank,
     serve,
+    proxy,
 ):
     cli.add_command(command)
 for group in (export_group, train_group, eval_group):

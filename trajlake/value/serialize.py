@@ -7,6 +7,7 @@ the prefix up to a turn. Pure Python: counting with a real tokenizer is injected
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,10 +47,24 @@ def approx_token_count(text: str) -> int:
 
 
 def tokenizer_counter(tokenizer: Any) -> TokenCounter:
-    """An exact counter from a Hugging Face tokenizer (special tokens not counted)."""
+    """An exact counter from a Hugging Face tokenizer (special tokens not counted).
+
+    Fast tokenizers are called through their Rust backend (the Python `__call__` costs more than
+    the encoding for short pieces), and short pieces are cached: the system prompt and issue
+    repeat across every candidate and prefix of a task.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+
+    def exact(text: str) -> int:
+        if backend is not None:
+            return len(backend.encode(text, add_special_tokens=False).ids)
+        return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    cached = functools.lru_cache(maxsize=16384)(exact)
 
     def count(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+        # Long texts (big observations) are rarely repeated and would pin memory in the cache.
+        return cached(text) if len(text) <= 4096 else exact(text)
 
     return count
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any

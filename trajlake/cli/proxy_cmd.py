@@ -1,0 +1,100 @@
+"""`trajlake proxy`: the recording proxy a harness points its model base URL at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trajlake.cli.options import LakeSpec, lake_options
+
+
+@click.command("proxy")
+@lake_options
+@click.option(
+    "--upstream",
+    required=True,
+    metavar="URL",
+    help="The model server (http://host:8000, or its .../v1 base URL).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option("--port", default=8080, show_default=True, help="Port (0 picks a free one).")
+@click.option(
+    "--token",
+    default=None,
+    envvar="TRAJLAKE_PROXY_TOKEN",
+    help="Clients must send `X-Trajlake-Token: TOKEN` (needed to bind beyond loopback; "
+    "env TRAJLAKE_PROXY_TOKEN). Authorization headers go to the upstream untouched.",
+)
+@click.option("--generation", type=int, default=None, help="Generation of every rollout.")
+@click.option(
+    "--run-id", default=None, help="Run id of rollouts whose calls send no X-Trajlake-Run."
+)
+@click.option(
+    "--harness", default=None, help="Harness of rollouts whose calls send no X-Trajlake-Harness."
+)
+@click.option(
+    "--spool-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write-ahead spool, replayed on start (default: a per-lake folder under ~/.cache).",
+)
+@click.option(
+    "--timeout", default=600.0, show_default=True, help="Seconds to wait for upstream bytes."
+)
+@click.option("--batch-size", default=64, show_default=True, help="Most rollouts per commit.")
+@click.option(
+    "--commit-seconds",
+    default=1.0,
+    show_default=True,
+    help="How long a finished rollout waits for others to share its commit.",
+)
+def proxy(
+    lake: LakeSpec,
+    upstream: str,
+    host: str,
+    port: int,
+    token: str | None,
+    generation: int | None,
+    run_id: str | None,
+    harness: str | None,
+    spool_dir: Path | None,
+    timeout: float,
+    batch_size: int,
+    commit_seconds: float,
+) -> None:
+    """Forward model calls to UPSTREAM unchanged and record every rollout into the lake.
+
+    Point the harness at http://HOST:PORT/rollouts/ROLLOUT_ID/v1 (or send the header
+    X-Trajlake-Rollout); tag rollouts with X-Trajlake-Task / -Generation / -Run. When a rollout
+    ends, POST /rollouts/ROLLOUT_ID/outcome {resolved, reward, details} and
+    POST /rollouts/ROLLOUT_ID/finish {status}: it is then committed (trajectories, messages,
+    calls). Runs until Ctrl-C or SIGTERM.
+    """
+    from trajlake.proxy.server import default_spool_dir, run_proxy
+
+    opened = lake.open(create=True)
+    spool = spool_dir if spool_dir is not None else default_spool_dir(opened.uri)
+
+    def ready(bound_host: str, bound_port: int) -> None:
+        click.echo(
+            f"recording proxy on http://{bound_host}:{bound_port} -> {upstream} "
+            f"(lake {opened.uri}, spool {spool})",
+            err=True,
+        )
+
+    run_proxy(
+        opened,
+        upstream,
+        host=host,
+        port=port,
+        token=token,
+        generation=generation,
+        run_id=run_id,
+        harness=harness,
+        spool_dir=spool,
+        timeout_s=timeout,
+        batch_size=batch_size,
+        commit_seconds=commit_seconds,
+        ready=ready,
+    )
