@@ -305,3 +305,50 @@ def test_call_without_rollout_is_its_own_rollout(
     assert len(rows) == 2 and all(r["trajectory_id"].startswith("auto-solo-") for r in rows)
     assert {(r["run_id"], r["status"]) for r in rows} == {("solo", "completed")}
     assert _sql(lake, "SELECT count(*) AS n FROM messages")[0]["n"] == 4
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_token_ids_and_logprobs_from_a_vllm_style_upstream_are_kept(
+    stream: bool, make_stub: Callable[..., StubUpstream], start_proxy: StartProxy, lake: tl.Lake
+) -> None:
+    """Token-faithful RL data: the upstream's output token ids and logprobs land on the calls row
+    and on the assistant message, in the order the tokens were generated."""
+    stub = make_stub(Reply(text="The answer is 42."), return_token_ids=True)
+    proxy = start_proxy(stub.url, run_id="run-ids")
+    rollout = f"ids-{stream}"
+    with openai.OpenAI(base_url=f"{proxy.url}/rollouts/{rollout}/v1", api_key=API_KEY) as client:
+        response: Any = client.chat.completions.create(
+            model="stub-model",
+            messages=[{"role": "user", "content": "What is the answer?"}],
+            logprobs=True,
+            stream=stream,
+        )
+        if stream:
+            chunks = list(response)
+            ids = [
+                t
+                for c in chunks
+                if c.choices
+                for t in (c.choices[0].model_extra or {}).get("token_ids", []) or []
+            ]
+            logprobs = [
+                e.logprob
+                for c in chunks
+                if c.choices and c.choices[0].logprobs
+                for e in c.choices[0].logprobs.content or []
+            ]
+        else:
+            ids = (response.choices[0].model_extra or {})["token_ids"]
+            logprobs = [e.logprob for e in response.choices[0].logprobs.content]
+    assert ids and len(ids) == len(logprobs)
+    assert requests.post(f"{proxy.url}/rollouts/{rollout}/finish", json={}).ok
+    assert proxy.flush()
+    (call,) = _sql(lake, f"SELECT token_ids, logprobs FROM calls WHERE trajectory_id = '{rollout}'")
+    (message,) = _sql(
+        lake,
+        "SELECT token_ids, logprobs FROM messages "
+        f"WHERE trajectory_id = '{rollout}' AND role = 'assistant'",
+    )
+    assert call["token_ids"] == message["token_ids"] == ids
+    assert call["logprobs"] == pytest.approx(logprobs)
+    assert message["logprobs"] == pytest.approx(logprobs)
