@@ -10,14 +10,11 @@ Auth: with a token, proxy clients send `X-Trajlake-Token: <token>`; `Authorizati
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import os
-import signal
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, get_args
 
+from trajlake._http_server import check_port, is_loopback, serve_until_stopped
 from trajlake.errors import missing_extra
 from trajlake.proxy._forward import (
     Call,
@@ -266,16 +264,12 @@ def default_spool_dir(lake_uri: str) -> Path:
 
 
 def _check_bind(host: str, port: int, token: str | None) -> None:
-    loopback = host == "localhost"
-    with contextlib.suppress(ValueError):
-        loopback = loopback or ipaddress.ip_address(host).is_loopback
-    if not loopback and not token:
+    if not is_loopback(host) and not token:
         raise ValueError(
             f"refusing to listen on non-loopback host {host!r} without a token: pass --token "
             f"so that clients must send {TOKEN_HEADER}"
         )
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an integer in 0..65535, got {port!r}")
+    check_port(port)
 
 
 @dataclass(frozen=True)
@@ -354,8 +348,6 @@ async def _serve(
     ready: Callable[[str, int], None] | None,
     stop: threading.Event | None,
 ) -> None:
-    from aiohttp import web
-
     app = create_proxy_app(
         options.upstream,
         recorder,
@@ -364,33 +356,15 @@ async def _serve(
         timeout_s=options.timeout_s,
     )
     # auto_decompress off: a compressed request body (Codex sends zstd) is forwarded as sent.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0, auto_decompress=False)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, options.host, options.port).start()
-        if ready is not None:
-            ready(options.host, int(runner.addresses[0][1]))
-        await _wait_for_stop(stop)
-    finally:
-        await runner.cleanup()
-
-
-async def _wait_for_stop(stop: threading.Event | None) -> None:
-    loop, done = asyncio.get_running_loop(), asyncio.Event()
-    # SIGINT is handled by asyncio.run; SIGTERM (container stop) should end just as cleanly.
-    on_main = threading.current_thread() is threading.main_thread()
-    if on_main:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGTERM, done.set)
-    try:
-        while not done.is_set() and not (stop is not None and stop.is_set()):
-            # A threading.Event cannot wake the loop, so it is polled.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), 0.05 if stop is not None else None)
-    finally:
-        if on_main:
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGTERM)
+    await serve_until_stopped(
+        app,
+        options.host,
+        options.port,
+        ready=ready,
+        stop=stop,
+        access_log=None,
+        auto_decompress=False,
+    )
 
 
 class ProxyThread:

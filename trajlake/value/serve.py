@@ -6,16 +6,14 @@ Concurrent requests are coalesced into batches so the model runs once per batch,
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
-import ipaddress
 import json
-import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from trajlake._http_server import check_port, is_loopback, serve_until_stopped
 from trajlake.errors import missing_extra
 from trajlake.value._serve_batching import _Batcher, _Options, _ScoringFailed, _Stats
 from trajlake.value._serve_requests import _parse_body, _ranked
@@ -214,15 +212,6 @@ def create_app(
 # --------------------------------------------------------------------------- running it
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def run_server(
     scorer: Scorer,
     *,
@@ -251,51 +240,11 @@ def run_server(
         ValueError: `host` is not loopback and no `token` is set, or a bad option.
         MissingExtra: aiohttp is not installed.
     """
-    if not _is_loopback(host) and not token:
+    if not is_loopback(host) and not token:
         raise ValueError(
             f"refusing to serve on non-loopback host {host!r} without a token: "
             "pass --token so that clients must authenticate"
         )
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an integer in 0..65535, got {port!r}")
+    check_port(port)
     app = create_app(scorer, token=token, **app_options)
-    asyncio.run(_serve(app, host, port, ready, stop))
-
-
-async def _serve(
-    app: web.Application,
-    host: str,
-    port: int,
-    ready: Callable[[str, int], None] | None,
-    stop: threading.Event | None,
-) -> None:
-    from aiohttp import web
-
-    # Requests in flight get a few seconds to finish on shutdown; then they are cancelled.
-    runner = web.AppRunner(app, shutdown_timeout=5.0)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-        if ready is not None:
-            ready(host, int(runner.addresses[0][1]))
-        await _wait_for_stop(stop)
-    finally:
-        await runner.cleanup()
-
-
-async def _wait_for_stop(stop: threading.Event | None) -> None:
-    loop, done = asyncio.get_running_loop(), asyncio.Event()
-    # SIGINT is handled by asyncio.run; SIGTERM (container stop) should shut down just as cleanly.
-    on_main = threading.current_thread() is threading.main_thread()
-    if on_main:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGTERM, done.set)
-    try:
-        while not done.is_set() and not (stop is not None and stop.is_set()):
-            # A threading.Event cannot wake the loop, so it is polled.
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(done.wait(), 0.05 if stop is not None else None)
-    finally:
-        if on_main:
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGTERM)
+    asyncio.run(serve_until_stopped(app, host, port, ready=ready, stop=stop))
