@@ -1,9 +1,11 @@
 """Generation lineage of a lake: the snapshots and tags where each generation's trajectories
-arrived, the models and credit runs computed on them, and the later rollouts that used a model.
+arrived, the credit runs, SFT exports and models computed on them, and the later rollouts that
+used a model.
 
-Convention: a harness records that a rollout was produced by a model by setting the trajectory's
+Conventions: a harness records that a rollout was produced by a model by setting the trajectory's
 `policy_model` to the model's `name` or `model_id`, or `attrs.lineage.policy_model_id` to its id;
 and that it was selected (reranked, filtered) with a value model by `attrs.lineage.value_model_id`.
+A model trained on an SFT export says so with `config.export_id` in its `models` row.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NodeKind = Literal["generation", "snapshot", "tag", "credit-run", "model", "rollouts"]
+NodeKind = Literal["generation", "snapshot", "tag", "credit-run", "export", "model", "rollouts"]
 LineageFormat = Literal["text", "json", "dot"]
 GenKey = int | str | None
 """A generation number; in run mode (no trajectory has a generation) a run id."""
@@ -162,7 +164,8 @@ def _add_generations(
 def _models(lake: Lake, at: int) -> list[dict[str, Any]]:
     return lake.sql(
         "SELECT model_id, name, kind, base_model, training_snapshot, training_tag, "
-        "parent_model_id FROM models ORDER BY created_at NULLS FIRST, model_id",
+        "parent_model_id, json_extract_string(config, '$.export_id') AS export_id "
+        "FROM models ORDER BY created_at NULLS FIRST, model_id",
         at=at,
     ).to_dicts()
 
@@ -173,6 +176,14 @@ def _credit_runs(lake: Lake, at: int) -> list[dict[str, Any]]:
         "any_value(source_snapshot) AS source_snapshot, "
         "count(DISTINCT trajectory_id) AS trajectories FROM credits "
         "WHERE source_snapshot IS NOT NULL GROUP BY run_name ORDER BY run_name",
+        at=at,
+    ).to_dicts()
+
+
+def _exports(lake: Lake, at: int) -> list[dict[str, Any]]:
+    return lake.sql(
+        "SELECT export_id, format, source_snapshot, source_tags, credit_run, mask, uri, counts "
+        "FROM exports ORDER BY created_at NULLS FIRST, export_id",
         at=at,
     ).to_dicts()
 
@@ -239,6 +250,45 @@ def _link_snapshots(
             graph.link(newest, node, "newest in")
 
 
+def _parents(snapshot_id: int | None, tags_at: dict[int, list[str]], wanted: set[int]) -> list[str]:
+    """The tag nodes naming a snapshot or, untagged, the snapshot's node (when it is one)."""
+    if snapshot_id is None:
+        return []
+    if snapshot_id in tags_at:
+        return tags_at[snapshot_id]
+    return [f"snapshot:{snapshot_id}"] if snapshot_id in wanted else []
+
+
+def _add_credit_runs(
+    graph: _Graph, runs: list[dict[str, Any]], tags_at: dict[int, list[str]], wanted: set[int]
+) -> None:
+    for run in runs:
+        label = f"credit run {run['run_name']} ({run['estimator']}, {run['trajectories']} traj.)"
+        node = graph.add("credit-run", run["run_name"], label, **run)
+        for parent in _parents(run["source_snapshot"], tags_at, wanted):
+            graph.link(parent, node, "credit run")
+
+
+def _add_exports(
+    graph: _Graph, exports: list[dict[str, Any]], tags_at: dict[int, list[str]], wanted: set[int]
+) -> None:
+    """Export nodes under their credit run or, exported without one, their source snapshot."""
+    for e in exports:
+        counts = json.loads(e["counts"]) if e["counts"] else {}
+        samples = sum(int(c.get("samples") or 0) for c in counts.values())
+        label = f"export {e['export_id']} ({e['format']}, {samples} samples)"
+        attrs = {k: e[k] for k in ("format", "source_snapshot", "source_tags", "credit_run")}
+        node = graph.add(
+            "export", e["export_id"], label, **attrs, mask=e["mask"], uri=e["uri"], counts=counts
+        )
+        run = f"credit-run:{e['credit_run']}"
+        if e["credit_run"] is not None and run in graph.nodes:
+            graph.link(run, node, "exported")
+        else:
+            for parent in _parents(e["source_snapshot"], tags_at, wanted):
+                graph.link(parent, node, "exported")
+
+
 def _add_models(
     graph: _Graph, models: list[dict[str, Any]], tag_ids: dict[str, str], snap_ids: set[int]
 ) -> None:
@@ -250,11 +300,14 @@ def _add_models(
             f"model {m['model_id']}{name} ({m['kind']})",
             **{k: m[k] for k in ("name", "kind", "base_model", "training_snapshot")},
             training_tag=m["training_tag"],
+            export_id=m["export_id"],
         )
         if m["training_tag"] in tag_ids:
             graph.link(tag_ids[m["training_tag"]], node, "trained")
         elif m["training_snapshot"] in snap_ids:
             graph.link(f"snapshot:{m['training_snapshot']}", node, "trained")
+        if f"export:{m['export_id']}" in graph.nodes:
+            graph.link(f"export:{m['export_id']}", node, "trained")
     for m in models:
         parent = m["parent_model_id"]
         if parent and f"model:{parent}" in graph.nodes:
@@ -281,12 +334,14 @@ def lineage(lake: Lake, *, at: SnapshotRef = None) -> Lineage:
     """The lineage graph of the lake read at one snapshot (default: the latest).
 
     Nodes: generations (in run mode, when no trajectory has a generation, one per run id,
-    labelled "generation ?"), snapshots, tags, credit runs, models and the rollouts that used a
-    model (see the module docstring for the convention). Edges: generation → snapshot
-    ("added in", or "newest in" for a later snapshot that holds it), snapshot → tag ("tagged"),
-    snapshot or tag → model ("trained"), snapshot → credit run ("credit run"), model → rollouts
-    ("used by (...)") → generation ("part of"), and parent model → model ("continued as").
-    Only snapshots that matter are nodes: where data arrived, tagged, trained or credited on.
+    labelled "generation ?"), snapshots, tags, credit runs, SFT exports, models and the rollouts
+    that used a model (see the module docstring for the conventions). Edges: generation →
+    snapshot ("added in", or "newest in" for a later snapshot that holds it), snapshot → tag
+    ("tagged"), tag (or the untagged snapshot) → credit run ("credit run"), credit run (or,
+    without one, the source tag or snapshot) → export ("exported"), snapshot or tag → model and
+    export → model ("trained"), model → rollouts ("used by (...)") → generation ("part of"),
+    and parent model → model ("continued as"). Only snapshots that matter are nodes: where data
+    arrived, tagged, trained, credited or exported from.
     """
     head = lake.snapshot(at)
     h = head.snapshot_id
@@ -295,22 +350,22 @@ def lineage(lake: Lake, *, at: SnapshotRef = None) -> Lineage:
     run_mode = gens == 0 and total > 0
     by_snapshot = _add_generations(graph, lake, head, run_mode)
     tags = [t for t in lake.tags() if t.snapshot_id <= h]
-    models = _models(lake, h)
-    runs = _credit_runs(lake, h)
+    models, runs, exports = _models(lake, h), _credit_runs(lake, h), _exports(lake, h)
+    run_names = {r["run_name"] for r in runs}
     wanted = {*by_snapshot, *(t.snapshot_id for t in tags)}
     wanted |= {m["training_snapshot"] for m in models if m["training_snapshot"] is not None}
     wanted |= {r["source_snapshot"] for r in runs}
+    wanted |= {e["source_snapshot"] for e in exports if e["credit_run"] not in run_names}
     wanted &= {s.snapshot_id for s in lake.snapshots() if s.snapshot_id <= h}
     _link_snapshots(graph, lake, wanted, by_snapshot)
-    tag_ids = {}
+    tag_ids: dict[str, str] = {}
+    tags_at: dict[int, list[str]] = defaultdict(list)
     for tag in tags:
         tag_ids[tag.name] = graph.add("tag", tag.name, f"tag {tag.name}", note=tag.note)
+        tags_at[tag.snapshot_id].append(tag_ids[tag.name])
         graph.link(f"snapshot:{tag.snapshot_id}", tag_ids[tag.name], "tagged")
-    for run in runs:
-        label = f"credit run {run['run_name']} ({run['estimator']}, {run['trajectories']} traj.)"
-        node = graph.add("credit-run", run["run_name"], label, **run)
-        if run["source_snapshot"] in wanted:
-            graph.link(f"snapshot:{run['source_snapshot']}", node, "credit run")
+    _add_credit_runs(graph, runs, tags_at, wanted)
+    _add_exports(graph, exports, tags_at, wanted)
     _add_models(graph, models, tag_ids, wanted)
     _add_uses(graph, _uses(lake, h, run_mode), run_mode)
     return Lineage(h, list(graph.nodes.values()), graph.edges)
@@ -355,6 +410,7 @@ _SHAPES: dict[str, str] = {
     "snapshot": "ellipse",
     "tag": "note",
     "credit-run": "hexagon",
+    "export": "cylinder",
     "model": "box3d",
     "rollouts": "folder",
 }

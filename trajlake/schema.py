@@ -290,6 +290,22 @@ class QuarantineRecord(_Record):
     created_at: Timestamp | None = Field(None, description="When it was quarantined (UTC).")
 
 
+class ExportRecord(_Record):
+    """One row of `exports`: an SFT dataset written from the lake, with its manifest."""
+
+    export_id: str = Field(description="Deterministic id: sha256 of the manifest and the folder.")
+    format: str = Field(description="openai | trl | sharegpt | axolotl | tokenized.")
+    source_snapshot: int = Field(description="Lake snapshot the trajectories were read from.")
+    source_tags: list[str] | None = Field(None, description="Tags of that snapshot, if any.")
+    credit_run: str | None = Field(None, description="Credit run that weighted the turns.")
+    mask: str | None = Field(None, description="Mask rule in force ('all' without a run).")
+    selection_sql: str | None = Field(None, description="SQL condition on `trajectories`.")
+    uri: str = Field(description="Folder holding the shards and `manifest.json`.")
+    manifest: JsonObject = Field(description="The manifest, as written.")
+    counts: JsonObject | None = Field(None, description="Per split counts, as in the manifest.")
+    created_at: Timestamp | None = Field(None, description="When it was recorded (UTC).")
+
+
 RECORD_TYPES: dict[str, type[_Record]] = {
     "trajectories": Trajectory,
     "messages": Message,
@@ -299,6 +315,7 @@ RECORD_TYPES: dict[str, type[_Record]] = {
     "scores": Score,
     "models": ModelRecord,
     "quarantine": QuarantineRecord,
+    "exports": ExportRecord,
 }
 """Table name → record type of one row."""
 
@@ -313,6 +330,7 @@ PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     "scores": ("model_id", "trajectory_id", "turn"),
     "models": ("model_id",),
     "quarantine": ("quarantine_id",),
+    "exports": ("export_id",),
 }
 """Columns that identify a row; appends never store a key twice."""
 

@@ -7,6 +7,7 @@ snapshot → byte-identical shards and manifest), self-checked (fails loudly), t
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import hashlib
 import json
 import time
@@ -20,7 +21,7 @@ import pyarrow.parquet as pq
 
 import trajlake
 from trajlake._progress import NullProgress, Progress
-from trajlake.errors import SftSelfCheckFailed, TrajlakeError, missing_extra
+from trajlake.errors import NoSuchSnapshot, SftSelfCheckFailed, TrajlakeError, missing_extra
 from trajlake.export._sft_formats import FORMATTERS, SFT_FORMATS, encode_row
 from trajlake.export._sft_select import (
     SftConversation,
@@ -30,9 +31,10 @@ from trajlake.export._sft_select import (
     select_conversations,
     split_of,
 )
+from trajlake.records import rows_for_table
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake, SnapshotRef
+    from trajlake.lake import Lake, Snapshot, SnapshotRef
 
 _CHECK_CHUNK = 500
 
@@ -60,6 +62,8 @@ class SftExportReport:
     manifest: str
     splits: dict[str, SplitCounts]
     seconds: float
+    export_id: str | None = None
+    """Key of the export's row in the lake's `exports` table."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -70,6 +74,7 @@ class SftExportReport:
             "manifest": self.manifest,
             "splits": {name: asdict(counts) for name, counts in self.splits.items()},
             "seconds": round(self.seconds, 3),
+            "export_id": self.export_id,
         }
 
     def summary(self) -> str:
@@ -283,6 +288,44 @@ def _prepare_out(out: str) -> tuple[Any, str]:
     return fs, root
 
 
+def _source_snapshot(lake: Lake, at: SnapshotRef) -> Snapshot:
+    """The snapshot read: `at`; at the head, the one before trailing export records, which
+    change no table an export reads (so exporting twice at the head writes the same files)."""
+    snap = lake.snapshot(at)
+    while at in (None, "latest") and snap.operation == "export" and snap.parent_id is not None:
+        try:
+            parent = lake.snapshot(snap.parent_id)
+        except NoSuchSnapshot:
+            break
+        if {**parent.tables, "exports": 0} != {**snap.tables, "exports": 0}:
+            break
+        snap = parent
+    return snap
+
+
+def _record_export(lake: Lake, manifest: dict[str, Any], uri: str) -> str:
+    """Commit the export's `exports` row (a no-op when the same export is already recorded)."""
+    identity = json.dumps({"manifest": manifest, "uri": uri}, sort_keys=True, ensure_ascii=False)
+    export_id = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    splits = manifest["splits"].items()
+    row = {
+        "export_id": export_id,
+        "format": manifest["format"],
+        "source_snapshot": manifest["snapshot"]["id"],
+        "source_tags": manifest["snapshot"]["tags"],
+        "credit_run": manifest["credit_run"],
+        "mask": manifest["mask_rule"],
+        "selection_sql": manifest["where"],
+        "uri": uri,
+        "manifest": manifest,
+        "counts": {s: {k: v for k, v in c.items() if k != "files"} for s, c in splits},
+        "created_at": dt.datetime.now(dt.timezone.utc),
+    }
+    summary = {"export_id": export_id, "format": manifest["format"]}
+    lake.commit({"exports": rows_for_table("exports", [row])}, operation="export", summary=summary)
+    return export_id
+
+
 def export_sft(
     lake: Lake,
     out: str,
@@ -334,7 +377,7 @@ def export_sft(
     split_of("", seed, val_frac)  # validates val_frac
     progress = progress or NullProgress()
     start = time.perf_counter()
-    snapshot = lake.snapshot(at)
+    snapshot = _source_snapshot(lake, at)
     snap = snapshot.snapshot_id
     mask_rule = check_mask_rule(lake, credit, mask, at=snap)
     tok_name = template_hash = None
@@ -415,6 +458,6 @@ def export_sft(
         f.write(
             (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
         )
-    return SftExportReport(
-        out, format, snap, f"{root}/manifest.json", splits, time.perf_counter() - start
-    )
+    export_id = _record_export(lake, manifest, out if "://" in out else root)
+    seconds = time.perf_counter() - start
+    return SftExportReport(out, format, snap, f"{root}/manifest.json", splits, seconds, export_id)

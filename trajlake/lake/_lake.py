@@ -150,7 +150,19 @@ class Lake:
         self._duckdb: duckdb.DuckDBPyConnection | None = None
         self._views: ViewCatalog | None = None
         self._duckdb_mutex = threading.Lock()
+        if not set(TABLES) <= set(config.get("tables", ())):
+            self._add_new_tables()
         _OPEN_LAKES.add(self)
+
+    def _add_new_tables(self) -> None:
+        """Create tables this trajlake has and the lake predates (empty, at the version 0
+        that older snapshots pin implicitly: see `Snapshot.from_json`)."""
+        with self._lock():
+            config = json.loads(self._store.read(*_CONFIG))
+            self._tables.create_all()
+            config["tables"] = list(TABLES)
+            self._store.write(json.dumps(config, indent=2).encode(), *_CONFIG)
+            self._config = config
 
     @classmethod
     def _create(cls, location: LakeLocation, store: MetadataStore) -> Lake:
@@ -163,6 +175,7 @@ class Lake:
                     "format": "trajlake",
                     "format_version": LAKE_FORMAT_VERSION,
                     "schema_version": SCHEMA_VERSION,
+                    "tables": list(TABLES),
                     "created_at": utc_now(),
                     "settings": asdict(LakeSettings()),
                 }

@@ -16,6 +16,7 @@ from typing import Any
 
 from trajlake.errors import NoSuchSnapshot, NoSuchTag, TagAlreadyExists
 from trajlake.lake._storage import MetadataStore
+from trajlake.schema import TABLES
 
 LOG_DIR = ("_trajlake", "log")
 TAG_DIR = ("_trajlake", "tags")
@@ -54,8 +55,10 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, data: bytes) -> Snapshot:
-        """Parse a log entry."""
-        return cls(**json.loads(data))
+        """Parse a log entry; a table the entry predates is pinned at its empty version 0."""
+        entry = json.loads(data)
+        entry["tables"] = {**dict.fromkeys(TABLES, 0), **entry["tables"]}
+        return cls(**entry)
 
 
 @dataclass(frozen=True)
