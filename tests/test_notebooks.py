@@ -27,6 +27,7 @@ def test_notebooks_are_present() -> None:
         "02_credit_assignment.ipynb",
         "03_sft_export.ipynb",
         "04_value_models.ipynb",
+        "05_generations.ipynb",
     ):
         assert expected in names
 

@@ -1,4 +1,5 @@
-"""`trajlake demo`, the README's first command: the whole tour on a fresh local lake."""
+"""`trajlake tour` (the former demo): the quick tour on a fresh local lake with the bundled
+sample rollouts. The generation loop `trajlake demo` is tested in tests/test_loop.py."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from trajlake.cli.main import cli
+from trajlake.cli.demo_cmd import tour
 
 
-def test_demo_runs_the_tour_and_is_idempotent(tmp_path: Path) -> None:
+def test_tour_runs_and_is_idempotent(tmp_path: Path) -> None:
     runner = CliRunner()
-    lake = str(tmp_path / "demo-lake")
-    first = runner.invoke(cli, ["demo", "--lake", lake, "--output", "json"])
+    lake = str(tmp_path / "tour-lake")
+    first = runner.invoke(tour, ["--lake", lake, "--output", "json"])
     assert first.exit_code == 0, first.output
     report = json.loads(first.output)
     assert report["ingest"]["added"] == 80 and report["ingest"]["quarantined"] == 0
@@ -25,15 +26,15 @@ def test_demo_runs_the_tour_and_is_idempotent(tmp_path: Path) -> None:
     tools = {r["tool_name"] for r in report["answers"]["most used tools"]}
     assert {"bash", "submit"} <= tools
 
-    again = runner.invoke(cli, ["demo", "--lake", lake, "--output", "json"])
+    again = runner.invoke(tour, ["--lake", lake, "--output", "json"])
     assert again.exit_code == 0, again.output
     second = json.loads(again.output)
     assert second["ingest"]["added"] == 0 and second["ingest"]["duplicates"] == 80
     assert second["time_travel"]["sample-v1"] == 80
 
 
-def test_demo_text_output_names_the_lake_and_findings(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["demo", "--lake", str(tmp_path / "d")])
+def test_tour_text_output_names_the_lake_and_findings(tmp_path: Path) -> None:
+    result = CliRunner().invoke(tour, ["--lake", str(tmp_path / "d")])
     assert result.exit_code == 0, result.output
     assert "success rate by harness and policy" in result.output
     assert "sample-v1: 80" in result.output

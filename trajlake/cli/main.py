@@ -19,7 +19,7 @@ import trajlake as tl
 from trajlake.cli.credit_cmd import credit
 from trajlake.cli.credit_eval_cmd import credit_eval
 from trajlake.cli.data_cmds import export_group, ingest, show, sql
-from trajlake.cli.demo_cmd import demo
+from trajlake.cli.demo_cmd import demo, tour
 from trajlake.cli.label_cmd import label
 from trajlake.cli.lake_cmds import init, log_cmd, maintain, schema, tag, tags, validate
 from trajlake.cli.lineage_cmd import lineage_cmd
@@ -101,6 +101,7 @@ def cli(ctx: click.Context, log_level: str, verbose: bool) -> None:
 
 for command in (
     demo,
+    tour,
     init,
     ingest,
     label,

@@ -25,9 +25,10 @@ if TYPE_CHECKING:
         Tag,
         ValidationReport,
     )
-    from trajlake.demo import DemoReport
     from trajlake.export.jsonl import ExportReport
     from trajlake.ingest import IngestReport
+    from trajlake.loop import LoopReport
+    from trajlake.tour import TourReport
 
 PROBLEMS_SHOWN = 5
 CELL_WIDTH = 60
@@ -205,7 +206,7 @@ class TextOutput(Output):
             f"to {report.path} in {report.seconds:.2f} s"
         )
 
-    def demo_report(self, report: DemoReport) -> None:
+    def demo_report(self, report: TourReport) -> None:
         ingest = report.ingest
         self.line(Text(f"lake {report.lake}", style="bold"))
         self.line(
@@ -236,3 +237,118 @@ class TextOutput(Output):
                 style="dim",
             )
         )
+
+    def loop_report(self, report: LoopReport) -> None:
+        """`demo`: what each step of the generation loop did, then the two comparison tables."""
+        kind = "quick run" if report.quick else "default run"
+        self.line(
+            Text(f"lake {report.lake} (seed {report.seed}, {kind}, {report.seconds:.0f} s)", "bold")
+        )
+        for i, entry in enumerate(report.steps, start=1):
+            first, *more = _loop_step(entry, report) or [""]
+            self.line(f"{i:>2}. {entry['name']} ({entry['seconds']:.1f} s): {first}")
+            for extra in more:
+                self.line(f"      {extra}")
+        self.line()
+        self.line(Text("success per generation and method (SQL over outcomes)", style="bold"))
+        self.console.print(_success_table(report))
+        self.line("expected: the policy's exact expected success on those tasks")
+        self.line()
+        self.line(
+            Text("behaviour cloning on gen-0 (exact expected success per task set)", style="bold")
+        )
+        self.console.print(_policy_table(report))
+        self.line(f"plots: {', '.join(report.plots.values())}")
+        self.line(f"report: {report.files.get('report', '')}")
+        self.line(Text(f"next: trajlake lineage --lake {report.lake}", style="dim"))
+
+
+def _metrics(m: Mapping[str, Any]) -> str:
+    n = m.get("n")
+
+    def f(key: str) -> str:
+        value = m.get(key)
+        return "n/a" if value is None else f"{value:.3f}"
+
+    return (
+        f"Best@{n} {f('best_at_n')}, Random@{n} {f('random_at_n')}, Pass@{n} {f('pass_at_n')}, "
+        f"gap closed {f('gap_closed')}, AUROC {f('auroc')}"
+    )
+
+
+def _loop_step(entry: Mapping[str, Any], report: LoopReport) -> list[str]:
+    """What a loop step did, in one line or a few."""
+    name = entry["name"]
+    if name.startswith("generate"):
+        return [f"{entry['rollouts']} rollouts of {entry['policy']} on {entry['tasks']} tasks"]
+    if name.startswith("ingest"):
+        return [
+            f"{entry['ingested']} ingested without outcomes, {entry['labels_added']} labels "
+            f"({entry['labels_resolved']} resolved), tag {entry['tag']} = snapshot "
+            f"{entry['snapshot']}"
+        ]
+    if name == "credit":
+        return [
+            f"{r['run_name']}: {r['estimator']}, mask {r['mask']}, "
+            f"{r['kept_turns']}/{r['turns']} turns kept"
+            for r in report.credit_runs
+        ]
+    if name == "export SFT":
+        return [f"tag {entry['tag']} = snapshot {entry['snapshot']}; trl format"] + [
+            f"{e['variant']} (credit run {e['credit_run'] or 'none'}): "
+            f"{e['trained_turns']}/{e['turns']} turns trained"
+            for e in entry["exports"]
+        ]
+    if name == "behaviour cloning":
+        return [f"{entry['policies']} tabular policies fitted to the exported weighted turns"]
+    if name == "train value model":
+        vm = report.value_model
+        tags = ", ".join(vm["training_tags"])
+        return [f"{vm['model_id']} on {tags}", "its test tasks: " + _metrics(vm["test_split"])]
+    if name == "register gen-1 policy":
+        p = report.gen1_policy
+        return [f"{p['model_id']} (cloned with credit run {p['credit_run']})"]
+    if name.startswith("evaluate"):
+        return [_metrics(report.value_model.get("gen1", {}))]
+    if name == "report":
+        return [f"{entry['plots']} plots; success rates read back with SQL"]
+    return []
+
+
+def _rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _success_table(report: LoopReport) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("generation and method")
+    for name in ("tasks", "rollouts", "success", "expected"):
+        table.add_column(name, justify="right")
+    for g in report.generations:
+        table.add_row(
+            f"{g['tag']}: {g['policy_model']}, sampled", str(g["tasks"]),
+            str(g["trajectories"]), _rate(g["success_rate"]), _rate(g.get("expected_success")),
+        )  # fmt: skip
+    b = report.best_of_n
+    if b:
+        n = b["n"]
+        for method, value in (
+            (f"best-of-{n} by the value model", b["selected"]),
+            (f"random pick of {n} (expected)", b["random"]),
+            (f"pass@{n} (oracle)", b["pass"]),
+        ):
+            table.add_row(f"gen-1: {method}", str(b["tasks"]), "", _rate(value), "")
+    return table
+
+
+def _policy_table(report: LoopReport) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("next policy cloned from")
+    for name in ("turns", "gen-0 tasks", "held-out"):
+        table.add_column(name, justify="right")
+    for p in report.policies:
+        table.add_row(
+            p.name, str(p.examples) if p.export else "–",
+            _rate(p.exact_success_train), _rate(p.exact_success_heldout),
+        )  # fmt: skip
+    return table

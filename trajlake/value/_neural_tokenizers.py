@@ -19,6 +19,30 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise missing_extra("transformers", "train") from e
 
 
+def _wordpiece_vocab(
+    tok: Any, texts: Sequence[str], vocab_size: int, specials: list[str]
+) -> dict[str, int]:
+    """Specials, every character (word-initial and `##` continuation, so nothing is unknown),
+    then whole words by frequency (ties by text) up to `vocab_size`: a deterministic vocabulary,
+    unlike the `tokenizers` trainer, whose merges break ties in hash order."""
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    for text in texts:
+        normalized = tok.normalizer.normalize_str(text)
+        counts.update(word for word, _ in tok.pre_tokenizer.pre_tokenize_str(normalized))
+    chars = sorted({c for word in counts for c in word})
+    tokens = [*specials, *chars, *(f"##{c}" for c in chars)]
+    seen = set(tokens)
+    for word in sorted(counts, key=lambda w: (-counts[w], w)):
+        if len(tokens) >= vocab_size:
+            break
+        if word not in seen:
+            tokens.append(word)
+            seen.add(word)
+    return {token: i for i, token in enumerate(tokens)}
+
+
 def train_tokenizer(
     texts: Sequence[str],
     *,
@@ -32,7 +56,11 @@ def train_tokenizer(
         texts: the training corpus.
         vocab_size: vocabulary size, special tokens included.
         kind: "wordpiece" for encoders ([PAD]/[UNK]/[CLS]/[SEP], texts framed as [CLS] … [SEP]) or
-            byte-level "bpe" for decoders (<pad>/<eos>, <eos> appended to every text).
+            byte-level "bpe" for decoders (<pad>/<eos>, <eos> appended to every text). The
+            WordPiece vocabulary is built deterministically (the same texts always give the
+            same ids, so the same recipe on the same data gives the same model); the BPE
+            trainer of `tokenizers` breaks frequency ties in hash order, so BPE vocabularies
+            can differ between runs.
         model_max_length: the tokenizer's maximum length.
 
     Returns:
@@ -49,9 +77,9 @@ def train_tokenizer(
         tok.normalizer = tk.normalizers.BertNormalizer(lowercase=False)
         tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
         tok.decoder = tk.decoders.WordPiece()
-        trainer: Any = tk.trainers.WordPieceTrainer(
-            vocab_size=vocab_size, special_tokens=specials, show_progress=False
-        )
+        vocab = _wordpiece_vocab(tok, texts, vocab_size, specials)
+        tok.model = tk.models.WordPiece(vocab, unk_token="[UNK]")
+        trainer: Any = None
         template, names = "[CLS] $A [SEP]", {"unk_token": "[UNK]", "cls_token": "[CLS]"}
         names |= {"sep_token": "[SEP]", "pad_token": "[PAD]"}
     else:
@@ -66,7 +94,8 @@ def train_tokenizer(
             show_progress=False,
         )
         template, names = "$A <eos>", {"eos_token": "<eos>", "pad_token": "<pad>"}
-    tok.train_from_iterator(list(texts), trainer=trainer)
+    if trainer is not None:
+        tok.train_from_iterator(list(texts), trainer=trainer)
     tok.post_processor = tk.processors.TemplateProcessing(
         single=template,
         special_tokens=[(t, tok.token_to_id(t)) for t in specials if t in template],

@@ -75,15 +75,16 @@ def _last_turn(serializer: Serializer, conv: Conversation) -> int | None:
 
 def build_model(recipe: Recipe, tokenizer: Any) -> Any:
     """The backbone with its scalar head, from a name/path or from a config dict."""
+    import torch
+
     from trajlake.value.neural import ValueNet
 
     backbone = recipe.backbone
     assert backbone is not None
+    torch.manual_seed(recipe.train.seed)  # the head (and a config-built backbone) start seeded
     if backbone.config is not None:
         config = {**backbone.config, "vocab_size": len(tokenizer)}
         return ValueNet.from_backbone_config(config, pooling=backbone.pooling)
-    import torch
-
     return ValueNet.from_pretrained_backbone(
         backbone.name_or_path,  # type: ignore[arg-type]
         pooling=backbone.pooling,

@@ -1,0 +1,351 @@
+"""The loop's steps through the public paths: synthetic rollouts → JSONL → ingest → labels → tag;
+credit runs; SFT exports read back into behaviour-cloning examples; the tiny value model recipe;
+the gen-1 policy registered in `models`; best-of-N selection annotated on gen-1 rollouts."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trajlake.credit import run_credit
+from trajlake.records import rows_for_table
+from trajlake.synth import PolicyParams, SynthBatch, synth_turns
+
+if TYPE_CHECKING:
+    from trajlake.lake import Lake, SnapshotRef
+    from trajlake.rerank import Reranker
+    from trajlake.value.recipe import Recipe
+
+_OUTCOME_FIELDS = ("resolved", "reward", "outcome_source")
+
+
+# --------------------------------------------------------------------------- generations
+
+
+def without_outcomes(batch: SynthBatch) -> SynthBatch:
+    """The batch with its rollouts' own outcomes removed: they arrive later, as labels."""
+    stripped = [
+        {k: v for k, v in t.items() if k not in _OUTCOME_FIELDS} for t in batch.trajectories
+    ]
+    return replace(batch, trajectories=stripped)
+
+
+def write_labels(batch: SynthBatch, path: Path) -> None:
+    """The verifier's outcomes as a labels JSONL (trajectory id → resolved, reward)."""
+    with path.open("w", encoding="utf-8") as f:
+        for truth in batch.truth:
+            success = bool(truth["success"])
+            row = {"trajectory_id": truth["trajectory_id"], "resolved": success}
+            f.write(json.dumps({**row, "reward": 1.0 if success else 0.0}) + "\n")
+
+
+def land_generation(
+    lake: Lake, batch: SynthBatch, directory: Path, *, generation: int, tag: str, note: str
+) -> dict[str, Any]:
+    """Write a generation as JSONL without outcomes, ingest it, attach its labels, tag it.
+
+    `batch` holds the rollouts to store (outcomes already removed) and the ground truth the
+    labels are written from.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    rollouts, labels = directory / f"{tag}.jsonl", directory / f"{tag}-labels.jsonl"
+    batch.write_jsonl(rollouts)
+    write_labels(batch, labels)
+    ingest = lake.ingest(rollouts, generation=generation, strict=True)
+    label = lake.label(labels, format="jsonl")
+    snapshot = lake.tag(tag, at=label.snapshot_id, note=note).snapshot_id
+    return {
+        "rollouts_file": str(rollouts),
+        "labels_file": str(labels),
+        "ingested": ingest.added,
+        "duplicates": ingest.duplicates,
+        "quarantined": ingest.quarantined,
+        "labels_added": label.added,
+        "labels_matched": label.matched,
+        "labels_resolved": label.resolved,
+        "tag": tag,
+        "snapshot": snapshot,
+    }
+
+
+# --------------------------------------------------------------------------- credit
+
+
+@dataclass(frozen=True)
+class CreditSpec:
+    """One credit run of the loop."""
+
+    name: str
+    estimator: str
+    mask: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+CREDIT_RUNS: tuple[CreditSpec, ...] = (
+    # With outcome values every TD credit is 0 < ε, so `rise` keeps exactly the turns of
+    # resolved trajectories: rejection sampling, expressed as a credit run.
+    CreditSpec("outcome-rise", "outcome", "rise"),
+    CreditSpec("prefix-mc-rise", "prefix-mc", "rise"),
+    # Advantage weights clip(exp(A/β), 0, w_max) with A = R − V(s_t) (GAE λ = 1).
+    CreditSpec("prefix-mc-advantage", "prefix-mc", "advantage", {"lam": 1.0}),
+    CreditSpec("value-model-rise", "value-model:builtin", "rise"),
+)
+
+
+def compute_credit(lake: Lake, *, at: SnapshotRef) -> list[dict[str, Any]]:
+    """Run every `CREDIT_RUNS` entry on the snapshot `at`; one summary per run."""
+    out = []
+    for spec in CREDIT_RUNS:
+        report = run_credit(
+            lake, estimator=spec.estimator, mask=spec.mask, at=at, name=spec.name, **spec.params
+        )
+        out.append(
+            {
+                "run_name": report.run_name,
+                "estimator": report.estimator,
+                "mask": spec.mask,
+                "source_snapshot": report.source_snapshot,
+                "snapshot": report.snapshot,
+                "trajectories": report.trajectories,
+                "turns": report.turns,
+                "kept_turns": report.kept_turns,
+            }
+        )
+    return out
+
+
+# ------------------------------------------------------------------ SFT → behaviour cloning
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A way to pick the gen-0 turns the next policy is cloned from."""
+
+    key: str
+    label: str
+    training_data: str
+    credit_run: str | None
+
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant(
+        "resolved-only",
+        "resolved only (rejection sampling)",
+        "every turn of resolved trajectories, weight 1",
+        "outcome-rise",
+    ),
+    Variant("all", "all trajectories", "every turn, weight 1", None),
+    Variant(
+        "credit-rise-pmc",
+        "credit-weighted: rise (prefix-mc)",
+        "resolved trajectories + rising segments of failed ones (Orchard)",
+        "prefix-mc-rise",
+    ),
+    Variant(
+        "credit-advantage-pmc",
+        "credit-weighted: advantage (prefix-mc)",
+        "every turn, weight clip(exp(R − V(s_t)), 0, 5)",
+        "prefix-mc-advantage",
+    ),
+    Variant(
+        "credit-rise-vm",
+        "credit-weighted: rise (value model)",
+        "resolved trajectories + rising segments by a fitted prefix model",
+        "value-model-rise",
+    ),
+)
+GEN1_VARIANT = "credit-rise-pmc"
+"""The policy gen-1 runs, fixed in advance: Orchard's recipe on the MC prefix values."""
+
+
+def synth_turns_by_trajectory(
+    lake: Lake, *, at: SnapshotRef, generation: int
+) -> dict[str, list[tuple[str, str]]]:
+    """(observation, action) of each assistant message of the main thread, per trajectory,
+    in message order, from the lake's `messages.attrs.synth`."""
+    rows = lake.sql(
+        "SELECT m.trajectory_id, m.attrs FROM messages m JOIN trajectories t "
+        "USING (trajectory_id) WHERE m.role = 'assistant' AND m.thread = 'main' "
+        f"AND t.generation = {int(generation)} ORDER BY m.trajectory_id, m.idx",
+        at=at,
+    ).rows()
+    out: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for trajectory_id, attrs in rows:
+        out[trajectory_id].extend(synth_turns([{"role": "assistant", "attrs": attrs}]))
+    return dict(out)
+
+
+def read_weighted_turns(
+    folder: Path, turns: Mapping[str, Sequence[tuple[str, str]]]
+) -> list[tuple[str, str, float]]:
+    """Behaviour-cloning examples (observation, action, weight > 0) from a `trl` SFT export.
+
+    The export's chat messages carry no `attrs` (it writes what trainers read), so each row's
+    assistant messages are matched, by trajectory id and assistant index, to the lake's messages
+    and their `attrs.synth` (observation, action).
+    """
+    examples: list[tuple[str, str, float]] = []
+    for shard in sorted(folder.glob("*-[0-9][0-9][0-9][0-9][0-9].jsonl")):
+        with shard.open(encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                pairs = zip(row["messages"], row["message_weights"], strict=True)
+                weights = [float(w) for m, w in pairs if m["role"] == "assistant"]
+                known = turns.get(row["trajectory_id"], [])
+                if len(known) != len(weights):
+                    raise ValueError(
+                        f"export row {row['trajectory_id']!r} has {len(weights)} assistant "
+                        f"messages, the lake {len(known)}: the export is not of this generation"
+                    )
+                examples += [(o, a, w) for (o, a), w in zip(known, weights, strict=True) if w > 0]
+    return examples
+
+
+def export_variant(
+    lake: Lake, variant: Variant, out: Path, *, at: SnapshotRef
+) -> tuple[dict[str, Any], Path]:
+    """Export gen-0 as a `trl` SFT dataset weighted by the variant's credit run."""
+    folder = out / variant.key
+    report = lake.export_sft(
+        str(folder),
+        format="trl",
+        at=at,
+        where="generation = 0",
+        credit=variant.credit_run,
+        # Rejection and rise masks leave failed rollouts without trained turns: kept, weight 0.
+        allow_untrained=True,
+    )
+    train = report.splits["train"]
+    info = {
+        "variant": variant.key,
+        "credit_run": variant.credit_run,
+        "path": str(folder),
+        "snapshot": report.snapshot_id,
+        "samples": train.samples,
+        "turns": train.turns,
+        "trained_turns": train.trained_turns,
+    }
+    return info, folder
+
+
+# --------------------------------------------------------------------------- the value model recipe
+
+_TINY_RECIPE: dict[str, Any] = {
+    "name": "tiny-value",
+    "kind": "value",
+    "description": "Tiny BERT-style encoder with a mean-pooled scalar head, pointwise BCE.",
+    "backbone": {
+        "config": {
+            "model_type": "bert",
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "intermediate_size": 128,
+            "max_position_embeddings": 512,
+            "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.1,
+        },
+        "pooling": "mean",
+        "tokenizer": {"train_vocab_size": 2000, "train_kind": "wordpiece"},
+    },
+    "serializer": {"kind": "whole", "max_tokens": 512, "observation_max_tokens": 48},
+    "data": {"val_frac": 0.15, "test_frac": 0.3, "split_seed": 0},
+    "train": {
+        "epochs": 6,
+        "batch_size": 16,
+        "lr": 0.001,
+        "warmup_ratio": 0.1,
+        "weight_decay": 0.01,
+        "loss": "bce",
+        "early_stopping_patience": 2,
+        "seed": 0,
+    },
+}
+"""`models/tiny.yaml` as data: an installed package has no `models/` folder."""
+
+TINY_RECIPE_FILE = Path(__file__).resolve().parents[2] / "models" / "tiny.yaml"
+
+
+def tiny_recipe(overrides: Mapping[str, Any]) -> Recipe:
+    """The tiny recipe (`models/tiny.yaml` when present, else the same recipe embedded here)
+    with dotted `overrides` such as ``{"train.epochs": 1}``."""
+    from trajlake.value.recipe import load_recipe, parse_recipe
+
+    if TINY_RECIPE_FILE.is_file():
+        return load_recipe(TINY_RECIPE_FILE, overrides=dict(overrides))
+    data = copy.deepcopy(_TINY_RECIPE)
+    for dotted, value in overrides.items():
+        *parents, leaf = dotted.split(".")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return parse_recipe(data, source="trajlake.loop (models/tiny.yaml)")
+
+
+# --------------------------------------------------------------------------- gen-1
+
+
+def register_policy(
+    lake: Lake,
+    policy: PolicyParams,
+    *,
+    path: Path,
+    training_snapshot: int,
+    training_tag: str,
+    config: dict[str, Any],
+    metrics: dict[str, Any],
+) -> str:
+    """Save the policy's logits to `path` and add it to `models` (kind `policy`); its id."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(policy.to_dict(), indent=2, sort_keys=True)
+    path.write_text(text + "\n", encoding="utf-8")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    model_id = f"{policy.name}-s{training_snapshot}-{digest}"
+    row = {
+        "model_id": model_id,
+        "name": policy.name,
+        "kind": "policy",
+        "base_model": PolicyParams.default().name,
+        "training_snapshot": training_snapshot,
+        "training_tag": training_tag,
+        "selection_sql": "generation = 0",
+        "label_source": "outcomes",
+        "metrics": metrics,
+        "artifact_uri": str(path.resolve()),
+        "config": config,
+        "created_at": dt.datetime.now(dt.timezone.utc),
+    }
+    summary = {"model_id": model_id, "kind": "policy"}
+    lake.commit(
+        {"models": rows_for_table("models", [row])}, operation="register-model", summary=summary
+    )
+    return model_id
+
+
+def select_best_of_n(
+    batch: SynthBatch, reranker: Reranker, *, lineage: Mapping[str, str]
+) -> SynthBatch:
+    """Rank each task's candidates with the value model and record, on every rollout, its
+    lineage and its place: ``attrs.best_of_n = {n, score, rank, selected}`` (rank 1 is picked).
+
+    The candidates must not carry outcomes: the model sees what it would see at inference.
+    """
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(batch.trajectories):
+        by_task[str(t["task_id"])].append(i)
+    marked = [dict(t) for t in batch.trajectories]
+    for indices in by_task.values():
+        ranked = reranker.rank([batch.trajectories[i] for i in indices])
+        for place, item in enumerate(ranked, start=1):
+            traj = marked[indices[item.index]]
+            choice = {"n": len(indices), "score": item.score, "rank": place, "selected": place == 1}
+            traj["attrs"] = {**traj["attrs"], "lineage": dict(lineage), "best_of_n": choice}
+    return replace(batch, trajectories=marked)
