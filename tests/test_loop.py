@@ -267,6 +267,12 @@ def test_lineage_leads_from_generation_0_through_gen_0_and_the_model_to_generati
     then = _reachable(edges, "tag:gen-0", model)
     last = _reachable(edges, model, "generation:1")
     assert first and then and last, (first, then, last)
+    # The policy branch: gen-0 → credit run → its SFT export → the cloned policy → gen-1.
+    policy = f"model:{demo['report']['gen1_policy']['model_id']}"
+    run = f"credit-run:{demo['report']['gen1_policy']['credit_run']}"
+    export = next(e["source"] for e in edges if e["target"] == policy and "export" in e["source"])
+    assert _reachable(edges, "tag:gen-0", run) and _reachable(edges, run, export)
+    assert _reachable(edges, policy, "generation:1")
     text = runner.invoke(cli, ["lineage", "--lake", str(demo["dir"])]).output
     assert "tagged: tag gen-0" in text and "rollouts of generation 1" in text
 

@@ -202,6 +202,15 @@ def _export_sft(lake: Lake, out_dir: Path, step: _Steps) -> tuple[int, dict[str,
     return snapshot, folders
 
 
+def _export_id(lake: Lake, folder: str | None) -> str | None:
+    """The `exports` row of an SFT export folder (None without an export)."""
+    if folder is None:
+        return None
+    quoted = folder.replace("'", "''")
+    rows = lake.sql(f"SELECT export_id FROM exports WHERE uri = '{quoted}'").rows()
+    return str(rows[0][0]) if rows else None
+
+
 def _result(
     policy: PolicyParams,
     variant: _steps.Variant,
@@ -294,7 +303,13 @@ def _gen1(
             path=out_dir / "policies" / f"{policy.name}.json",
             training_snapshot=sft,
             training_tag="gen-0-sft",
-            config={"variant": variant, "credit_run": result.credit_run, "export": result.export},
+            config={
+                "variant": variant,
+                "credit_run": result.credit_run,
+                "export": result.export,
+                # `trajlake lineage` links a model to the export it was trained from by this id.
+                "export_id": _export_id(lake, result.export),
+            },
             metrics={"exact_success_heldout": result.exact_success_heldout},
         )
         report.gen1_policy = {

@@ -227,6 +227,7 @@ def export_variant(
         "variant": variant.key,
         "credit_run": variant.credit_run,
         "path": str(folder),
+        "export_id": report.export_id,
         "snapshot": report.snapshot_id,
         "samples": train.samples,
         "turns": train.turns,
