@@ -7,14 +7,10 @@ import os
 
 from trajlake._progress import Progress
 from trajlake.loop import LoopReport, run_loop
-from trajlake.tour import TourReport, sample_data_path
 
 DEFAULT_LAKE = "trajlake-demo"
 
-DemoReport = TourReport
-"""The tour's report under its former name (the CLI's Output interface still uses it)."""
-
-__all__ = ["DEFAULT_LAKE", "DemoReport", "LoopReport", "run_demo", "sample_data_path"]
+__all__ = ["DEFAULT_LAKE", "LoopReport", "run_demo"]
 
 
 def run_demo(

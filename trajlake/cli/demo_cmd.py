@@ -57,4 +57,4 @@ def demo(lake: str, quick: bool, seed: int, out: str | None, output: str) -> Non
 @output_option()
 def tour(lake: str, output: str) -> None:
     """Ingest the bundled sample rollouts, tag them, query them, time-travel, maintain."""
-    make_output(output).demo_report(run_tour(lake))
+    make_output(output).tour_report(run_tour(lake))

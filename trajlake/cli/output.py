@@ -33,9 +33,9 @@ if TYPE_CHECKING:
         Tag,
         ValidationReport,
     )
-    from trajlake.demo import DemoReport
     from trajlake.export.jsonl import ExportReport
     from trajlake.ingest import IngestReport
+    from trajlake.tour import TourReport
 
 
 def to_jsonable(value: Any) -> Any:
@@ -153,7 +153,7 @@ class Output(ABC):
         """`export jsonl`: what was written."""
 
     @abstractmethod
-    def demo_report(self, report: DemoReport) -> None:
+    def tour_report(self, report: TourReport) -> None:
         """`demo`: what the tour did and found."""
 
 
@@ -197,7 +197,7 @@ class JsonOutput(Output):
     def export(self, report: ExportReport) -> None:
         self.emit(report.to_dict())
 
-    def demo_report(self, report: DemoReport) -> None:
+    def tour_report(self, report: TourReport) -> None:
         self.emit(dataclasses.asdict(report))
 
 

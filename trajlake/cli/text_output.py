@@ -206,7 +206,7 @@ class TextOutput(Output):
             f"to {report.path} in {report.seconds:.2f} s"
         )
 
-    def demo_report(self, report: TourReport) -> None:
+    def tour_report(self, report: TourReport) -> None:
         ingest = report.ingest
         self.line(Text(f"lake {report.lake}", style="bold"))
         self.line(
