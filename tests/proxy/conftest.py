@@ -1,14 +1,20 @@
-"""Proxy fixtures: stub upstreams served on 127.0.0.1 (a free port) from a background thread."""
+"""Proxy fixtures: stub upstreams served on 127.0.0.1 (a free port) from a background thread,
+and recording proxies in front of them writing into the test's lake."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from stub_upstream import Reply, Step, StubUpstream
 
+import trajlake as tl
+from trajlake.proxy.server import ProxyThread
+
 MakeStub = Callable[..., StubUpstream]
+StartProxy = Callable[..., ProxyThread]
 
 
 @pytest.fixture
@@ -30,3 +36,18 @@ def make_stub() -> Iterator[MakeStub]:
 def stub_upstream(make_stub: MakeStub) -> StubUpstream:
     """A running stub that answers every call with the text "ok"; set `.script` to change it."""
     return make_stub()
+
+
+@pytest.fixture
+def start_proxy(lake: tl.Lake, tmp_path: Path) -> Iterator[StartProxy]:
+    """Start proxies into the test's lake: `start_proxy(upstream, **options)`; all stop after."""
+    started: list[ProxyThread] = []
+
+    def start(upstream: str, **options: Any) -> ProxyThread:
+        proxy = ProxyThread(lake, upstream, spool_dir=tmp_path / "spool", **options).start()
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.stop()

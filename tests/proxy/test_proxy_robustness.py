@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,24 +32,7 @@ TOOL = [("bash", {"command": "ls"})]
 MakeStub = Callable[..., StubUpstream]
 StartProxy = Callable[..., ProxyThread]
 
-
-@pytest.fixture
-def lake(tmp_path: Path) -> tl.Lake:
-    return tl.open_lake(tmp_path / "lake", create=True)
-
-
-@pytest.fixture
-def start_proxy(lake: tl.Lake, tmp_path: Path) -> Iterator[StartProxy]:
-    started: list[ProxyThread] = []
-
-    def start(upstream: str, **options: Any) -> ProxyThread:
-        proxy = ProxyThread(lake, upstream, spool_dir=tmp_path / "spool", **options).start()
-        started.append(proxy)
-        return proxy
-
-    yield start
-    for proxy in started:
-        proxy.stop()
+# `lake` (tests/conftest.py) and `start_proxy` (tests/proxy/conftest.py) are shared fixtures.
 
 
 def _sql(lake: tl.Lake, query: str) -> list[dict[str, Any]]:

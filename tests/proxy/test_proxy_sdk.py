@@ -4,8 +4,7 @@ dialect, streamed and not, then outcome + finish, then SQL over what landed in t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -44,24 +43,7 @@ USER = f"What does a.py do? (my key is {SECRET})"
 
 StartProxy = Callable[..., ProxyThread]
 
-
-@pytest.fixture
-def lake(tmp_path: Path) -> tl.Lake:
-    return tl.open_lake(tmp_path / "lake", create=True)
-
-
-@pytest.fixture
-def start_proxy(lake: tl.Lake, tmp_path: Path) -> Iterator[StartProxy]:
-    started: list[ProxyThread] = []
-
-    def start(upstream: str, **options: Any) -> ProxyThread:
-        proxy = ProxyThread(lake, upstream, spool_dir=tmp_path / "spool", **options).start()
-        started.append(proxy)
-        return proxy
-
-    yield start
-    for proxy in started:
-        proxy.stop()
+# `lake` (tests/conftest.py) and `start_proxy` (tests/proxy/conftest.py) are shared fixtures.
 
 
 def _close(proxy: ProxyThread, rollout: str, outcome: dict[str, Any]) -> None:

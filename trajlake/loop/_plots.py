@@ -10,23 +10,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trajlake.errors import missing_extra
+from trajlake.value._report_plots import new_figure, rerank_panel
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
-
-
-def _new_figure(size: tuple[float, float], rows: int, cols: int) -> tuple[Figure, Any]:
-    """A figure on the Agg canvas, without pyplot (no global backend or figure state)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise missing_extra("matplotlib", "train") from e
-    fig = Figure(figsize=size, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(rows, cols, squeeze=False)
 
 
 def _bars(ax: Axes, labels: Sequence[str], values: Sequence[float], title: str) -> None:
@@ -49,7 +36,7 @@ def plot_success(
 ) -> Path:
     """Success per generation and method (measured in the lake) beside each policy's exact
     expected success on the held-out tasks."""
-    fig, axes = _new_figure((11.0, 4.0), 1, 2)
+    fig, axes = new_figure((11.0, 4.0), 1, 2)
     _bars(axes[0][0], list(measured), list(measured.values()), "measured (SQL over outcomes)")
     _bars(axes[0][1], list(expected), list(expected.values()), "exact expected success, held-out")
     fig.suptitle("Success per generation and method")
@@ -64,7 +51,7 @@ def plot_value_curves(curves: Sequence[Mapping[str, Any]], path: str | Path) -> 
     """
     cols = 2
     rows = max(1, (len(curves) + cols - 1) // cols)
-    fig, axes = _new_figure((10.0, 3.2 * rows), rows, cols)
+    fig, axes = new_figure((10.0, 3.2 * rows), rows, cols)
     for i in range(rows * cols):
         ax = axes[i // cols][i % cols]
         if i >= len(curves):
@@ -86,29 +73,12 @@ def plot_value_curves(curves: Sequence[Mapping[str, Any]], path: str | Path) -> 
     return Path(path)
 
 
-def _rerank_panel(ax: Axes, rows: Sequence[Mapping[str, Any]], title: str) -> None:
-    points = [r for r in rows if r["best_at_k"] is not None]
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("k (candidates per task)")
-    ax.set_ylabel("success rate")
-    ax.set_ylim(-0.02, 1.02)
-    if not points:
-        ax.text(0.5, 0.5, "no tasks", ha="center", va="center", transform=ax.transAxes)
-        return
-    ks = [r["k"] for r in points]
-    ax.plot(ks, [r["pass_at_k"] for r in points], ":", marker="^", label="Pass@k (oracle)")
-    ax.plot(ks, [r["best_at_k"] for r in points], "-", marker="o", label="Best@k (value model)")
-    ax.plot(ks, [r["random_at_k"] for r in points], "--", label="Random@k")
-    ax.set_xticks(ks)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-
-
 def plot_best_at_k(reports: Mapping[str, Mapping[str, Any]], path: str | Path) -> Path:
     """Best@k, Random@k and Pass@k vs k, one panel per evaluation report (all tasks)."""
-    fig, axes = _new_figure((5.0 * max(len(reports), 1), 4.0), 1, max(len(reports), 1))
+    fig, axes = new_figure((5.0 * max(len(reports), 1), 4.0), 1, max(len(reports), 1))
     for i, (title, report) in enumerate(reports.items()):
-        _rerank_panel(axes[0][i], report["rerank"]["all"], f"{title} ({report['n_tasks']} tasks)")
+        rows, label = report["rerank"]["all"], f"{title} ({report['n_tasks']} tasks)"
+        rerank_panel(axes[0][i], rows, label, model="value model", fontsize=10)
     fig.suptitle("Best-of-k with the value model")
     fig.savefig(path, format="png", dpi=100)
     return Path(path)

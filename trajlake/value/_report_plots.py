@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def _new_figure(size: tuple[float, float], rows: int, cols: int, **kw: Any) -> tuple[Figure, Any]:
+def new_figure(size: tuple[float, float], rows: int, cols: int, **kw: Any) -> tuple[Figure, Any]:
     """A figure on the Agg canvas, without pyplot (no global backend or figure state)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -28,9 +28,17 @@ def _new_figure(size: tuple[float, float], rows: int, cols: int, **kw: Any) -> t
     return fig, fig.subplots(rows, cols, squeeze=False, **kw)
 
 
-def _rerank_panel(ax: Axes, rows: Sequence[Mapping[str, Any]], title: str) -> None:
+def rerank_panel(
+    ax: Axes,
+    rows: Sequence[Mapping[str, Any]],
+    title: str,
+    *,
+    model: str = "model",
+    fontsize: float | None = None,
+) -> None:
+    """Best@k, Random@k and Pass@k vs k from a report's `rerank` rows, on one axis."""
     points = [r for r in rows if r["best_at_k"] is not None]
-    ax.set_title(f"{title} ({rows[0]['n_tasks'] if rows else 0} tasks)")
+    ax.set_title(title, fontsize=fontsize)
     ax.set_xlabel("k (candidates per task)")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
@@ -39,18 +47,22 @@ def _rerank_panel(ax: Axes, rows: Sequence[Mapping[str, Any]], title: str) -> No
         return
     ks = [r["k"] for r in points]
     ax.plot(ks, [r["pass_at_k"] for r in points], ":", marker="^", label="Pass@k (oracle)")
-    ax.plot(ks, [r["best_at_k"] for r in points], "-", marker="o", label="Best@k (model)")
+    ax.plot(ks, [r["best_at_k"] for r in points], "-", marker="o", label=f"Best@k ({model})")
     ax.plot(ks, [r["random_at_k"] for r in points], "--", label="Random@k")
     ax.set_xticks(ks)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize=fontsize and fontsize - 2)
 
 
 def plot_best_at_k(report: Mapping[str, Any], path: str | Path) -> Path:
     """Best@k, Random@k and Pass@k vs k on all tasks and on the rerankable subset, as PNG."""
-    fig, axes = _new_figure((10.0, 4.0), 1, 2)
-    _rerank_panel(axes[0][0], report["rerank"]["all"], "all tasks")
-    _rerank_panel(axes[0][1], report["rerank"]["rerankable"], "rerankable tasks (0 < c < n)")
+    fig, axes = new_figure((10.0, 4.0), 1, 2)
+    for ax, subset, title in (
+        (axes[0][0], "all", "all tasks"),
+        (axes[0][1], "rerankable", "rerankable tasks (0 < c < n)"),
+    ):
+        rows = report["rerank"][subset]
+        rerank_panel(ax, rows, f"{title} ({rows[0]['n_tasks'] if rows else 0} tasks)")
     fig.suptitle(f"Reranking: {report['model_id']}")
     fig.savefig(path, format="png", dpi=100)
     return Path(path)
@@ -65,7 +77,7 @@ def plot_reliability(report: Mapping[str, Any], path: str | Path) -> Path:
     bins = report.get("reliability_bins")
     if not bins:
         raise ValueError("the report has no reliability bins: its scores are not probabilities")
-    fig, axes = _new_figure((5.5, 6.0), 2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    fig, axes = new_figure((5.5, 6.0), 2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     top, bottom = axes[0][0], axes[1][0]
     full = [b for b in bins if b["count"]]
     top.plot([0, 1], [0, 1], ":", color="gray", label="perfect calibration")
