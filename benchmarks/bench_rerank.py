@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,29 +83,13 @@ def _tiny_model(directory: Path, texts: list[str]) -> None:
 def _http_latency(reranker: Any, candidates: list[Any], repeats: int) -> list[float]:
     import requests
 
-    from trajlake.value.serve import run_server
+    from trajlake.value.serve import serve_in_background
 
-    bound: dict[str, int] = {}
-    ready, stop = threading.Event(), threading.Event()
-
-    def on_ready(host: str, port: int) -> None:
-        bound["port"] = port
-        ready.set()
-
-    server = threading.Thread(
-        target=run_server, args=(reranker,), kwargs={"port": 0, "ready": on_ready, "stop": stop}
-    )
-    server.start()
-    ready.wait(30)
-    url = f"http://127.0.0.1:{bound['port']}/v1/rerank"
-    session = requests.Session()
-    try:
+    with serve_in_background(reranker) as base, requests.Session() as session:
+        url = f"{base}/v1/rerank"
         return _timed(
             lambda: session.post(url, json={"candidates": candidates}).raise_for_status(), repeats
         )
-    finally:
-        stop.set()
-        server.join(30)
 
 
 def _messages(row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -257,42 +257,29 @@ def test_hybrid_selection_follows_the_r2e_gym_rule() -> None:
 
 
 def test_http_endpoint_serves_the_trained_model(trained: dict[str, Any]) -> None:
-    import threading
-
     import requests
 
     from trajlake.rerank import Reranker
-    from trajlake.value.serve import run_server
+    from trajlake.value.serve import serve_in_background
 
     reranker = Reranker.load(trained["tiny"]["directory"])
     rows = _candidates(trained["lake"], "synth-repo-0005")
     candidates = [_openai_messages(r) for r in rows]  # what a harness would send
-    bound: dict[str, int] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def ready(host: str, port: int) -> None:
-        bound["port"] = port
-        started.set()
-
-    server = threading.Thread(
-        target=run_server, args=(reranker,), kwargs={"port": 0, "ready": ready, "stop": stop}
-    )
-    server.start()
-    try:
-        assert started.wait(30)
-        base = f"http://127.0.0.1:{bound['port']}"
+    with serve_in_background(reranker) as base:
         health = requests.get(f"{base}/health", timeout=10).json()
         assert health["model"] == reranker.model_id
         reply = requests.post(
             f"{base}/v1/rerank", json={"candidates": candidates, "top_k": 2}, timeout=60
         ).json()
-        expected = reranker.score(candidates)
-        assert reply["scores"] == pytest.approx(expected)
-        assert reply["best"] == max(range(len(expected)), key=lambda i: expected[i])
-        assert reply["top_k"] == reply["order"][:2]
-    finally:
-        stop.set()
-        server.join(30)
+    expected = reranker.score(candidates)
+    assert reply["scores"] == pytest.approx(expected)
+    assert reply["best"] == max(range(len(expected)), key=lambda i: expected[i])
+    assert reply["top_k"] == reply["order"][:2]
+    with (
+        pytest.raises(RuntimeError, match="did not start"),
+        serve_in_background(reranker, host="0.0.0.0"),
+    ):
+        pass  # beyond loopback without a token: refused
 
 
 @pytest.mark.gpu

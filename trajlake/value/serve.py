@@ -6,11 +6,12 @@ Concurrent requests are coalesced into batches so the model runs once per batch,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trajlake._http_server import check_port, is_loopback, serve_until_stopped
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from aiohttp import web
     from aiohttp.typedefs import Handler
 
-__all__ = ["Scorer", "create_app", "run_server"]
+__all__ = ["Scorer", "create_app", "run_server", "serve_in_background"]
 
 _OPEN_PATHS = frozenset({"/health"})
 
@@ -248,3 +249,38 @@ def run_server(
     check_port(port)
     app = create_app(scorer, token=token, **app_options)
     asyncio.run(serve_until_stopped(app, host, port, ready=ready, stop=stop))
+
+
+@contextlib.contextmanager
+def serve_in_background(
+    scorer: Scorer, *, timeout_s: float = 30.0, **options: Any
+) -> Iterator[str]:
+    """Serve `scorer` from a background thread; yields its base URL (`http://127.0.0.1:PORT`).
+
+    For embedding the endpoint in a process that does other work (and for tests and
+    benchmarks). `options` go to `run_server` (default port 0: a free one). The server stops
+    when the block ends.
+    """
+    bound: dict[str, Any] = {}
+    started, stop = threading.Event(), threading.Event()
+
+    def ready(host: str, port: int) -> None:
+        bound.update(host=host, port=port)
+        started.set()
+
+    def run() -> None:
+        try:
+            run_server(scorer, ready=ready, stop=stop, **{"port": 0, **options})
+        except BaseException as e:  # surfaced to the caller below
+            bound["error"] = e
+            started.set()
+
+    thread = threading.Thread(target=run, name="trajlake-serve", daemon=True)
+    thread.start()
+    try:
+        if not started.wait(timeout_s) or "error" in bound:
+            raise RuntimeError(f"the reranking server did not start: {bound.get('error')}")
+        yield f"http://{bound['host']}:{bound['port']}"
+    finally:
+        stop.set()
+        thread.join(timeout_s)
