@@ -37,14 +37,14 @@ def content_hash(messages: Sequence[Message]) -> str:
     """
     digest = hashlib.sha256()
     for m in messages:
-        calls = [(c.name, _normalise_json_text(c.arguments)) for c in m.tool_calls or ()]
+        calls = [(c.name, normalise_json_text(c.arguments)) for c in m.tool_calls or ()]
         item = [m.thread, m.role, (m.content or "").strip(), (m.reasoning or "").strip(), calls]
         digest.update(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode())
         digest.update(b"\n")
     return digest.hexdigest()
 
 
-def _normalise_json_text(text: str | None) -> str:
+def normalise_json_text(text: str | None) -> str:
     if not text:
         return ""
     try:

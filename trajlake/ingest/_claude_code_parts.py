@@ -163,7 +163,7 @@ def media_part(block: dict[str, Any]) -> dict[str, Any]:
     return {"type": kind, "uri": f"data-sha256:{digest}", "mime_type": mime, "sha256": digest}
 
 
-def _text_and_parts(content: object) -> tuple[str | None, list[dict[str, Any]] | None]:
+def text_and_parts(content: object) -> tuple[str | None, list[dict[str, Any]] | None]:
     """Text of a content value (str or blocks) and, when it has media, its parts."""
     if isinstance(content, str):
         return content, None
@@ -286,7 +286,7 @@ class Converter:
             if block.get("type") != "tool_result":
                 others.append(block)
                 continue
-            text, parts = _text_and_parts(block.get("content"))
+            text, parts = text_and_parts(block.get("content"))
             call_id = block.get("tool_use_id")
             attrs = dict(flags)
             result = rec.obj.get("toolUseResult")
@@ -306,5 +306,5 @@ class Converter:
                 attrs=attrs,
             )
         if others:
-            text, parts = _text_and_parts(others)
+            text, parts = text_and_parts(others)
             self._new("user", rec, content=text, parts=parts, attrs=flags)

@@ -128,7 +128,7 @@ def _environment(uri: str) -> str | None:
     return None
 
 
-class _Builder:
+class ResponsesMessageBuilder:
     """Turns Responses items into canonical messages, one assistant message per model turn."""
 
     def __init__(self) -> None:
@@ -248,7 +248,7 @@ def _messages(
     """(messages, skipped item types, how many messages came from the request's input)."""
     inputs = params.get("input")
     inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
-    builder = _Builder()
+    builder = ResponsesMessageBuilder()
     instructions = params.get("instructions") or response.get("instructions")
     if isinstance(instructions, str) and instructions:
         builder.messages.append({"role": "system", "content": instructions})

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trajlake.ingest._claude_code_parts import _text_and_parts
+from trajlake.ingest._claude_code_parts import text_and_parts
 from trajlake.ingest._openai_messages_parts import (
     chat_message,
     drop_none,
@@ -19,7 +19,7 @@ from trajlake.ingest._openai_messages_parts import (
     name_tool_results,
 )
 from trajlake.ingest._values import as_int
-from trajlake.ingest.responses import _Builder
+from trajlake.ingest.responses import ResponsesMessageBuilder
 from trajlake.proxy._stream import StreamAssembler
 from trajlake.schema import Dialect
 
@@ -256,7 +256,7 @@ def _responses_request(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         raise ValueError("responses request: no 'input' (a string or a list of items)")
     if raw is not None and not isinstance(raw, (str, list)):
         raise ValueError("responses request: 'input' must be a string or a list of items")
-    builder = _Builder()
+    builder = ResponsesMessageBuilder()
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
         builder.messages.append({"role": "system", "content": instructions})
@@ -275,7 +275,7 @@ def _responses_response(body: Mapping[str, Any]) -> CallOutput:
     if body.get("object", "response") != "response" or not isinstance(output, list):
         raise ValueError(f"responses response: no 'output' list{_error_text(body)}")
     model = _str(body.get("model"))
-    builder = _Builder()
+    builder = ResponsesMessageBuilder()
     try:
         for item in output:
             builder.add(item, model)
@@ -325,7 +325,7 @@ def _anthropic_request(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     system = body.get("system")
     if system is not None and not isinstance(system, (str, list)):
         raise ValueError("anthropic request: 'system' must be a string or a list of text blocks")
-    text = system if isinstance(system, str) else _text_and_parts(system)[0]
+    text = system if isinstance(system, str) else text_and_parts(system)[0]
     if text:
         messages.append({"role": "system", "content": text})
     for m in raw:
@@ -352,7 +352,7 @@ def _anthropic_message(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     for block in blocks:
         if block.get("type") != "tool_result":
             continue
-        text, parts = _text_and_parts(block.get("content"))
+        text, parts = text_and_parts(block.get("content"))
         is_error = block.get("is_error")
         out.append(
             drop_none(
@@ -362,7 +362,7 @@ def _anthropic_message(message: Mapping[str, Any]) -> list[dict[str, Any]]:
             )
         )
     if others or not out:
-        text, parts = _text_and_parts(others)
+        text, parts = text_and_parts(others)
         out.append(drop_none({"role": "user", "content": text, "parts": parts}))
     return out
 

@@ -14,7 +14,7 @@ from typing import Any, get_args
 
 from trajlake.ingest._openai_messages_parts import as_bool, as_number, drop_none, map_status
 from trajlake.proxy.dialects import CallInput, CallOutput, Dialect
-from trajlake.records import _normalise_json_text, normalize
+from trajlake.records import normalise_json_text, normalize
 from trajlake.schema import Call, CanonicalTrajectory, Status
 
 __all__ = ["HARNESS", "SOURCE_FORMAT", "RecordedCall", "RolloutMeta", "reconstruct"]
@@ -183,7 +183,7 @@ def reconstruct(
 def _key(message: Mapping[str, Any]) -> _Key:
     """What must agree for two messages to be the same: harnesses reformat the rest."""
     calls = tuple(
-        (c.get("id"), c.get("name"), _normalise_json_text(c.get("arguments")))
+        (c.get("id"), c.get("name"), normalise_json_text(c.get("arguments")))
         for c in message.get("tool_calls") or ()
     )
     content = message.get("content")
