@@ -311,3 +311,24 @@ def test_tiny_recipe_trains_in_bf16_and_serves_on_cuda(tmp_path: Path) -> None:
     rows = _candidates(lake_dir, "synth-repo-0001")
     scores = reranker.score(rows)
     assert len(scores) == 6 and all(0.0 < s < 1.0 for s in scores)
+
+
+def test_lineage_names_the_input_snapshot_and_its_later_tags(tmp_path: Path) -> None:
+    """A tag set after a commit that changed no input (a credit run) still names the data."""
+    from trajlake.credit.runs import run_credit
+    from trajlake.value.recipe import load_recipe
+    from trajlake.value.train import train_value_model
+
+    lake = tl.open_lake(tmp_path / "lake", create=True)
+    written = lake.write(
+        generate(SynthConfig(seed=5, n_tasks=20, rollouts_per_task=4)).trajectories
+    )
+    lake.tag("data-v1")
+    run_credit(lake, estimator="outcome")
+    lake.tag("with-credit")
+    trained = train_value_model(
+        lake, load_recipe(MODELS / "baseline.yaml"), at="with-credit", out=tmp_path / "m"
+    )
+    assert trained.card is not None
+    assert trained.card.lineage.snapshot_id == written.snapshot_id
+    assert trained.card.lineage.tags == ["with-credit", "data-v1"]

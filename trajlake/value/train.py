@@ -73,7 +73,8 @@ def prepare_data(
     """
     from trajlake.credit.runs import input_snapshot
 
-    snapshot = lake.snapshot(input_snapshot(lake, at))
+    requested = lake.snapshot(at).snapshot_id
+    snapshot = lake.snapshot(input_snapshot(lake, requested))
     where = where if where is not None else recipe.data.where
     examples = load_examples(lake, at=snapshot.snapshot_id, where=where, label=recipe.data.label)
     spec = recipe.data
@@ -83,7 +84,10 @@ def prepare_data(
     if spec.balance is not None:
         splits["train"] = balance(splits["train"], ratio=spec.balance, seed=spec.split_seed)
     _check_splits(splits, len(examples))
-    tags = sorted(t.name for t in lake.tags() if t.snapshot_id == snapshot.snapshot_id)
+    # Tags of every snapshot with this same input (e.g. `gen-0` set after a credit run), the
+    # requested snapshot's first.
+    same_input = [t for t in lake.tags() if snapshot.snapshot_id <= t.snapshot_id <= requested]
+    tags = [t.name for t in sorted(same_input, key=lambda t: (t.snapshot_id != requested, t.name))]
     return TrainingData(snapshot.snapshot_id, tags, where, splits)
 
 
