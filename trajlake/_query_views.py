@@ -22,6 +22,41 @@ if TYPE_CHECKING:
     from trajlake.lake._lake import Lake
     from trajlake.lake._log import Snapshot
 
+
+def outcomes_sql(source: str | None = None) -> str:
+    """The `outcomes` view's query; with `source`, only labels of that source count and the
+    rollout's own result is not used (a value model trained on one verifier's judgement).
+
+    A label matched by trajectory id beats one matched by task + run id; among those the newest
+    wins; without a label, the rollout's recorded result (unless `source` is given).
+    """
+    only = "" if source is None else " AND l.source = '" + source.replace("'", "''") + "'"
+    own = "t.resolved, t.reward, t.outcome_source" if source is None else "NULL, NULL, NULL"
+    fallback = own.split(", ")
+    return f"""
+        WITH matched AS (
+            SELECT t.trajectory_id, l.resolved, l.reward, l.source, l.created_at, l.label_id,
+                   0 AS priority
+            FROM trajectories t JOIN labels l ON l.trajectory_id = t.trajectory_id{only}
+            UNION ALL
+            SELECT t.trajectory_id, l.resolved, l.reward, l.source, l.created_at, l.label_id,
+                   1 AS priority
+            FROM trajectories t JOIN labels l
+              ON l.trajectory_id IS NULL AND l.task_id = t.task_id AND l.run_id = t.run_id{only}
+        ), best AS (
+            SELECT * FROM matched
+            QUALIFY row_number() OVER (PARTITION BY trajectory_id
+                ORDER BY priority, created_at DESC NULLS LAST, label_id DESC) = 1
+        )
+        SELECT t.trajectory_id, t.task_id, t.run_id, t.generation,
+               coalesce(b.resolved, {fallback[0]}) AS resolved,
+               coalesce(b.reward, {fallback[1]}) AS reward,
+               CASE WHEN b.trajectory_id IS NOT NULL THEN 'label:' || b.source
+                    ELSE {fallback[2]} END AS outcome_source
+        FROM trajectories t LEFT JOIN best b ON b.trajectory_id = t.trajectory_id
+    """
+
+
 _KEEP_SCHEMAS = 16
 """Snapshots whose views stay built; older ones are dropped and rebuilt on demand."""
 
@@ -34,28 +69,7 @@ DERIVED_VIEWS: dict[str, str] = {
     """,
     # Effective outcome: a label matched by trajectory id beats one matched by task + run,
     # which beats what the rollout recorded itself; among labels the newest wins.
-    "outcomes": """
-        WITH matched AS (
-            SELECT t.trajectory_id, l.resolved, l.reward, l.source, l.created_at, l.label_id,
-                   0 AS priority
-            FROM trajectories t JOIN labels l ON l.trajectory_id = t.trajectory_id
-            UNION ALL
-            SELECT t.trajectory_id, l.resolved, l.reward, l.source, l.created_at, l.label_id,
-                   1 AS priority
-            FROM trajectories t JOIN labels l
-              ON l.trajectory_id IS NULL AND l.task_id = t.task_id AND l.run_id = t.run_id
-        ), best AS (
-            SELECT * FROM matched
-            QUALIFY row_number() OVER (PARTITION BY trajectory_id
-                ORDER BY priority, created_at DESC NULLS LAST, label_id DESC) = 1
-        )
-        SELECT t.trajectory_id, t.task_id, t.run_id, t.generation,
-               coalesce(b.resolved, t.resolved) AS resolved,
-               coalesce(b.reward, t.reward) AS reward,
-               CASE WHEN b.trajectory_id IS NOT NULL THEN 'label:' || b.source
-                    ELSE t.outcome_source END AS outcome_source
-        FROM trajectories t LEFT JOIN best b ON b.trajectory_id = t.trajectory_id
-    """,
+    "outcomes": outcomes_sql(),
     # The same conversation stored under several ids (e.g. one rollout read from two formats).
     "duplicates": """
         SELECT content_hash, count(*) AS copies,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -102,3 +103,32 @@ def test_balance_respects_ratio_per_split() -> None:
         kept = Counter(e.label for e in split)
         assert kept[1] == positives and kept[0] <= 1.5 * positives
     assert balance(examples, ratio=100.0) == examples
+
+
+def test_load_examples_from_one_label_source(lake: tl.Lake, tmp_path: Path) -> None:
+    """`labels:<source>` keeps only that verifier's judgements (no rollout's own result)."""
+    base = {"messages": [{"role": "user", "content": "fix it"}], "task_id": "t"}
+    lake.write([{**base, "trajectory_id": i, "resolved": True} for i in ("a", "b", "c", "d")])
+    rows = [
+        {"trajectory_id": "a", "resolved": False, "source": "human"},
+        {"trajectory_id": "b", "resolved": True, "source": "human"},
+        {"trajectory_id": "c", "resolved": False, "source": "judge"},
+    ]
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lake.label(path)
+    sources = {r[0] for r in lake.sql("SELECT DISTINCT source FROM labels").rows()}
+    human = next(s for s in sources if "human" in s)
+    judge = next(s for s in sources if "judge" in s)
+    assert {e.trajectory_id: e.label for e in load_examples(lake)} == {
+        "a": 0,
+        "b": 1,
+        "c": 0,
+        "d": 1,
+    }
+    by_human = load_examples(lake, label=f"labels:{human}")
+    assert {e.trajectory_id: e.label for e in by_human} == {"a": 0, "b": 1}
+    assert {e.outcome_source for e in by_human} == {f"label:{human}"}
+    assert [e.trajectory_id for e in load_examples(lake, label=f"labels:{judge}")] == ["c"]
+    with pytest.raises(ValueError, match="labels:<source>"):
+        load_examples(lake, label="judge")

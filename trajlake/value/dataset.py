@@ -6,14 +6,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
 if TYPE_CHECKING:
     from trajlake.lake._lake import Lake, SnapshotRef
 
-LabelSource = Literal["outcomes"]
+LabelSource = str
+"""`outcomes` (the effective outcome) or `labels:<source>` (only that verifier's labels)."""
 SPLITS = ("train", "val", "test")
 
 
@@ -35,12 +36,25 @@ class ValueExample:
     """The snapshot the example was read at (features must be read at the same one)."""
 
 
-def _sql_query(where: str | None) -> str:
+def label_relation(label: LabelSource) -> str:
+    """The SQL relation of a label source: the `outcomes` view, or that view's query keeping
+    only one label source (e.g. ``labels:swebench``; the rollouts' own results not used)."""
+    if label == "outcomes":
+        return "outcomes"
+    source = label.removeprefix("labels:")
+    if not label.startswith("labels:") or not source:
+        raise ValueError(f"label must be 'outcomes' or 'labels:<source>', got {label!r}")
+    from trajlake._query_views import outcomes_sql
+
+    return f"({outcomes_sql(source)})"
+
+
+def _sql_query(where: str | None, label: LabelSource) -> str:
     condition = f"AND ({where})" if where else ""
     return f"""
         SELECT o.trajectory_id, coalesce(o.task_id, o.trajectory_id) AS task_id,
                o.resolved, o.reward, o.outcome_source, t.harness, t.policy_model, t.run_id
-        FROM outcomes o JOIN trajectories t ON t.trajectory_id = o.trajectory_id
+        FROM {label_relation(label)} o JOIN trajectories t ON t.trajectory_id = o.trajectory_id
         WHERE (o.resolved IS NOT NULL OR o.reward IS NOT NULL) {condition}
         ORDER BY o.trajectory_id
     """
@@ -61,17 +75,17 @@ def load_examples(
             and recorded on every example.
         where: Optional SQL predicate over the `trajectories` columns, aliased `t`
             (e.g. ``"t.harness = 'swe-agent'"``).
-        label: Where labels come from; only ``"outcomes"`` (the effective outcome: a label
-            matched by trajectory id, then by task + run, then the rollout's own result).
+        label: Where labels come from: ``"outcomes"`` (the effective outcome: a label matched
+            by trajectory id, then by task + run, then the rollout's own result) or
+            ``"labels:<source>"`` (only labels of that source, e.g. ``labels:swebench``).
 
     Returns:
         Examples sorted by trajectory id. Trajectories with neither `resolved` nor `reward` are
         skipped. The label is `resolved` when known, else ``reward > 0``.
     """
-    if label != "outcomes":
-        raise ValueError(f"label must be 'outcomes', got {label!r}")
+    query = _sql_query(where, label)
     snapshot = lake.snapshot(at)
-    rows = lake.sql(_sql_query(where), at=snapshot.snapshot_id).rows()
+    rows = lake.sql(query, at=snapshot.snapshot_id).rows()
     examples = []
     for trajectory_id, task_id, resolved, reward, source, harness, policy, run_id in rows:
         positive = bool(resolved) if resolved is not None else float(reward) > 0.0

@@ -39,7 +39,8 @@ def select_examples(
     `split="all"` keeps every selected example (another generation, another lake) and counts
     tasks that fall in the card's training split, so leakage is visible in the report.
     """
-    examples = load_examples(lake, at=at, where=where)
+    label = model.card.lineage.label_source if model.card is not None else "outcomes"
+    examples = load_examples(lake, at=at, where=where, label=label)
     if model.card is None:
         if split == "test":
             raise TrainingError(

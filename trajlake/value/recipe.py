@@ -98,7 +98,11 @@ class DataSpec(_Section):
     """Which trajectories and labels, and how they are split."""
 
     where: str | None = Field(None, description="SQL predicate over `trajectories` (alias t).")
-    label: Literal["outcomes"] = Field("outcomes", description="Label source: the outcomes view.")
+    label: str = Field(
+        "outcomes",
+        pattern=r"^(outcomes|labels:.+)$",
+        description="outcomes (the effective outcome) or labels:<source> (one verifier only).",
+    )
     val_frac: float = Field(0.15, ge=0, lt=1, description="Share of tasks for validation.")
     test_frac: float = Field(0.3, ge=0, lt=1, description="Share of tasks held out for testing.")
     split_seed: int = Field(0, description="Seed of the task-hash split.")
