@@ -361,3 +361,23 @@ def test_reconstructed_rollout_is_written_and_read_back(dialect: Any, tmp_path: 
         "ON json_extract_string(m.attrs, '$.call_id') = c.call_id WHERE m.role = 'assistant'"
     ).rows()
     assert joined == [(3,)]
+
+
+def test_responses_chained_by_previous_response_id_extend_one_thread() -> None:
+    """Codex-style calls send only new items with `previous_response_id` (and re-send the
+    instructions): the rollout is still one thread with every message once."""
+    full = three_calls("responses")
+    calls = [full[0]]
+    for seq, (new_items, previous) in enumerate([([T1], "r1"), ([T2], "r2")], start=1):
+        body = request("responses", [S, *new_items]) | {"previous_response_id": previous}
+        parsed = parse_request("responses", body)
+        calls.append(
+            RecordedCall(**{**full[seq].__dict__, "input": parsed})  # same answer, short input
+        )
+    traj, rows = reconstruct(RolloutMeta("r-1"), calls)
+    assert view(traj) == [S, U, A1, T1, A2, T2, A3]
+    assert {m.thread for m in traj.messages} == {"main"}
+    assert traj.attrs is not None and traj.attrs["proxy"]["history_rewritten"] is False
+    records = [Call.model_validate(r) for r in rows]
+    assert [r.history_prefix for r in records] == [0, 3, 5]
+    assert [len(r.new_input or []) for r in records] == [2, 1, 1]

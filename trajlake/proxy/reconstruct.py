@@ -6,6 +6,7 @@ A call extends a thread when its input starts with that thread's messages so far
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -162,15 +163,19 @@ def reconstruct(
     """
     ordered = sorted(calls, key=lambda c: (c.seq, c.started_at))
     threads = _Threads(meta.rollout_id)
+    by_response: dict[str, list[dict[str, Any]]] = {}
     rows = []
     for call in ordered:
         thread: str | None = None
         prefix: int | None = None
-        new_input = call.input.messages if call.input is not None else None
-        if call.input is not None and call.output is not None:
-            thread, prefix = threads.place(call, call.input, call.output)
-        elif call.input is not None:  # failed: say what it would have extended, add nothing
-            found = threads.match([_key(m) for m in call.input.messages])
+        inp = _with_stored_history(call.input, by_response)
+        new_input = inp.messages if inp is not None else None
+        if inp is not None and call.output is not None:
+            thread, prefix = threads.place(call, inp, call.output)
+            if call.output.response_id:
+                by_response[call.output.response_id] = [*inp.messages, *call.output.messages]
+        elif inp is not None:  # failed: say what it would have extended, add nothing
+            found = threads.match([_key(m) for m in inp.messages])
             if found is not None:
                 thread, prefix = found
         if new_input is not None and prefix is not None:
@@ -178,6 +183,22 @@ def reconstruct(
         rows.append(_call_row(meta.rollout_id, call, thread, prefix, new_input))
     record = _trajectory(meta, ordered, threads)
     return normalize(CanonicalTrajectory.model_validate(record)), rows
+
+
+def _with_stored_history(
+    inp: CallInput | None, by_response: Mapping[str, list[dict[str, Any]]]
+) -> CallInput | None:
+    """A Responses call chained with `previous_response_id` sends only its new items: its real
+    input is the earlier call's input and output, then those items. Re-sent `instructions`
+    (a leading system message equal to the conversation's first) are not repeated."""
+    previous = inp.params.get("previous_response_id") if inp is not None else None
+    if inp is None or not isinstance(previous, str) or previous not in by_response:
+        return inp
+    history = by_response[previous]
+    new = inp.messages
+    if new and history and new[0].get("role") == "system" and _key(new[0]) == _key(history[0]):
+        new = new[1:]
+    return dataclasses.replace(inp, messages=[*history, *new])
 
 
 def _key(message: Mapping[str, Any]) -> _Key:
