@@ -49,6 +49,11 @@ from trajlake.cli.options import LakeSpec, lake_options
     show_default=True,
     help="How long a finished rollout waits for others to share its commit.",
 )
+@click.option(
+    "--fsync",
+    is_flag=True,
+    help="fsync every spooled call (survives power loss; a killed proxy loses nothing without).",
+)
 def proxy(
     lake: LakeSpec,
     upstream: str,
@@ -62,6 +67,7 @@ def proxy(
     timeout: float,
     batch_size: int,
     commit_seconds: float,
+    fsync: bool,
 ) -> None:
     """Forward model calls to UPSTREAM unchanged and record every rollout into the lake.
 
@@ -96,5 +102,6 @@ def proxy(
         timeout_s=timeout,
         batch_size=batch_size,
         commit_seconds=commit_seconds,
+        fsync=fsync,
         ready=ready,
     )

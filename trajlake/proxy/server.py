@@ -303,6 +303,7 @@ def run_proxy(
     timeout_s: float = 600.0,
     batch_size: int = 64,
     commit_seconds: float = 1.0,
+    fsync: bool = False,
     ready: Callable[[str, int], None] | None = None,
     stop: threading.Event | None = None,
 ) -> None:
@@ -323,6 +324,8 @@ def run_proxy(
         timeout_s: Longest wait for the upstream's next bytes.
         batch_size: Most rollouts per commit.
         commit_seconds: How long a finished rollout waits for others to share its commit.
+        fsync: fsync every spooled line (power-loss safe; without it a killed process still
+            loses nothing already answered).
         ready: Called as `ready(host, port)` once the proxy is listening.
         stop: Set it (from any thread) to shut the proxy down.
 
@@ -337,7 +340,7 @@ def run_proxy(
     options = _Options(upstream, host, port, token, meta, timeout_s)
     upstream_root(upstream)  # fail before replaying anything
     with _recorder(
-        lake, spool_dir, run_id, batch_size=batch_size, max_seconds=commit_seconds
+        lake, spool_dir, run_id, batch_size=batch_size, max_seconds=commit_seconds, fsync=fsync
     ) as recorder:
         asyncio.run(_serve(recorder, options, ready, stop))
 
