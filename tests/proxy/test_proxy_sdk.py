@@ -289,6 +289,24 @@ def test_call_without_rollout_is_its_own_rollout(
     assert _sql(lake, "SELECT count(*) AS n FROM messages")[0]["n"] == 4
 
 
+def test_a_finished_rollout_takes_no_more_calls(
+    make_stub: Callable[..., StubUpstream], start_proxy: StartProxy, lake: tl.Lake
+) -> None:
+    stub = make_stub(Reply(text="hi"))
+    proxy = start_proxy(stub.url)
+    base = f"{proxy.url}/rollouts/once/v1"
+    with openai.OpenAI(base_url=base, api_key=API_KEY, max_retries=0) as client:
+        ask = {"model": "stub-model", "messages": [{"role": "user", "content": "hello"}]}
+        client.chat.completions.create(**ask)  # type: ignore[call-overload]
+        assert requests.post(f"{proxy.url}/rollouts/once/finish", json={}).ok
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    assert refused.value.status_code == 409 and "new id" in str(refused.value)
+    assert proxy.flush()
+    assert len(stub.requests) == 1  # the refused call never reached the upstream
+    assert _sql(lake, "SELECT count(*) AS n FROM calls")[0]["n"] == 1
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_token_ids_and_logprobs_from_a_vllm_style_upstream_are_kept(
     stream: bool, make_stub: Callable[..., StubUpstream], start_proxy: StartProxy, lake: tl.Lake

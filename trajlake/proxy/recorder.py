@@ -86,6 +86,8 @@ class Recorder:
         self.spool = Spool(spool_dir, fsync=fsync)
         self._committer = Committer(lake, self.spool, batch_size, max_seconds)
         self._rollouts: dict[str, _Rollout] = {}
+        self._closed: set[str] = set()
+        """Rollouts finished by this process (or replayed finished): their ids are spent."""
         self._auto = itertools.count(1)
         stem = self.spool.path.stem.removeprefix("calls-")
         self._auto_prefix = f"auto-{run_id or 'proxy'}-{stem}"
@@ -104,6 +106,7 @@ class Recorder:
             state = _Rollout(r.rollout_id, meta, records, r.outcome)
             state.next_seq = 1 + max((int(c.get("seq", 0)) for c in records), default=-1)
             if r.finished:
+                self._closed.add(r.rollout_id)
                 self._committer.submit(self._finished(state, r.status))
             else:
                 self._rollouts[r.rollout_id] = state
@@ -136,6 +139,11 @@ class Recorder:
     def auto_rollout_id(self) -> str:
         """A fresh rollout id for a call that named none (unique across restarts)."""
         return f"{self._auto_prefix}-{next(self._auto)}"
+
+    def is_finished(self, rollout_id: str) -> bool:
+        """The rollout was finished here: a new call must use a new rollout id (its committed
+        trajectory would not change, and the calls would belong to no trajectory)."""
+        return rollout_id in self._closed
 
     def begin_call(self, rollout_id: str, meta: Mapping[str, Any]) -> CallTicket:
         """Register a call arriving for `rollout_id`; tags in `meta` fill the rollout's gaps."""
@@ -223,6 +231,7 @@ class Recorder:
         if state is None or not state.calls:
             raise KeyError(rollout_id)
         del self._rollouts[rollout_id]
+        self._closed.add(rollout_id)
         self._spool({"kind": "finish", "rollout_id": rollout_id, "status": status})
         self._committer.submit(self._finished(state, status))
         return len(state.calls)

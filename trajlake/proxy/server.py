@@ -149,6 +149,9 @@ class _Proxy:
             return json_error(400, "invalid_request", str(e))
         auto = not rollout_id
         rid = self.recorder.auto_rollout_id() if auto else str(rollout_id)
+        if self.recorder.is_finished(rid):
+            message = f"rollout {rid!r} is finished: send the next rollout's calls under a new id"
+            return json_error(409, "rollout_finished", message)
         body, _ = json_copy(raw, request.headers.get("Content-Encoding"))
         stream = isinstance(body, dict) and bool(body.get("stream"))
         call = Call(self.recorder.begin_call(rid, meta), dialect, path, body, stream)
