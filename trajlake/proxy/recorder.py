@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,8 @@ class Recorder:
         fsync: fsync every spooled line (power-loss safe; a killed process loses nothing
             either way).
         run_id: Names the rollouts of calls that carry no rollout id.
+        rotate_bytes: Once the spool file is this large and everything in it is committed,
+            the spool continues in a new file and the old one is deleted.
     """
 
     def __init__(
@@ -79,12 +81,16 @@ class Recorder:
         max_seconds: float = 1.0,
         fsync: bool = False,
         run_id: str | None = None,
+        rotate_bytes: int = 64 * 2**20,
     ) -> None:
         if batch_size < 1 or max_seconds <= 0:
             raise ValueError("batch_size must be >= 1 and max_seconds > 0")
         self.lake = lake
         self.spool = Spool(spool_dir, fsync=fsync)
-        self._committer = Committer(lake, self.spool, batch_size, max_seconds)
+        self._rotate_bytes = rotate_bytes
+        self._committer = Committer(
+            lake, self.spool, batch_size, max_seconds, after_commit=self._maybe_rotate
+        )
         self._rollouts: dict[str, _Rollout] = {}
         self._closed: set[str] = set()
         """Rollouts finished by this process (or replayed finished): their ids are spent."""
@@ -114,6 +120,15 @@ class Recorder:
         self._started = True
         return len(pending)
 
+    def _nothing_pending(self) -> bool:
+        stats = self._committer.stats()
+        return not self._rollouts and self._committer.empty() and not stats["failed_rollouts"]
+
+    def _maybe_rotate(self) -> None:
+        """After a commit: a spool whose every rollout is in the lake starts over."""
+        with contextlib.suppress(SpoolError):
+            self.spool.rotate(self._rotate_bytes, self._nothing_pending)
+
     def flush(self, timeout: float | None = None) -> bool:
         """Commit every finished rollout now; False when the timeout ran out first."""
         return self._committer.flush(timeout)
@@ -121,9 +136,7 @@ class Recorder:
     def close(self, timeout: float | None = 60.0) -> None:
         """Commit what is finished and stop; unfinished rollouts stay in the spool."""
         self._committer.close(timeout)
-        done = not self._rollouts and self._committer.empty()
-        done = done and not self._committer.stats()["failed_rollouts"]
-        self.spool.close(remove=done)
+        self.spool.close(remove=self._nothing_pending())
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -230,10 +243,12 @@ class Recorder:
         state = self._rollouts.get(rollout_id)
         if state is None or not state.calls:
             raise KeyError(rollout_id)
-        del self._rollouts[rollout_id]
         self._closed.add(rollout_id)
         self._spool({"kind": "finish", "rollout_id": rollout_id, "status": status})
+        # Queued before it leaves the open rollouts: the spool never looks all-committed while
+        # this rollout's calls are only in it.
         self._committer.submit(self._finished(state, status))
+        del self._rollouts[rollout_id]
         return len(state.calls)
 
     @staticmethod
@@ -364,12 +379,21 @@ def build_rollout(item: FinishedRollout) -> tuple[CanonicalTrajectory, list[dict
 class Committer:
     """A thread that commits finished rollouts in batches and marks them in the spool."""
 
-    def __init__(self, lake: Lake, spool: Spool, batch_size: int, max_seconds: float) -> None:
+    def __init__(
+        self,
+        lake: Lake,
+        spool: Spool,
+        batch_size: int,
+        max_seconds: float,
+        *,
+        after_commit: Callable[[], None] | None = None,
+    ) -> None:
         self._lake, self._spool = lake, spool
+        self._after_commit = after_commit
         self._batch_size, self._max_seconds = batch_size, max_seconds
         self._cond = threading.Condition()
         self._queue: list[tuple[float, FinishedRollout]] = []
-        self._busy = self._closed = self._urgent = False
+        self._busy = self._closed = self._urgent = self._in_hook = False
         self._thread = threading.Thread(target=self._run, name="trajlake-proxy-commit", daemon=True)
         self._counts = {"committed_rollouts": 0, "committed_calls": 0, "commits": 0}
         self._counts |= {"failed_rollouts": 0, "failed_commits": 0}
@@ -395,13 +419,13 @@ class Committer:
         with self._cond:
             self._urgent = True
             self._cond.notify_all()
-            while self._queue or self._busy:
+            while self._queue or self._busy or self._in_hook:
                 left = None if deadline is None else deadline - time.monotonic()
                 if (left is not None and left <= 0) or not self._thread.is_alive():
                     break
                 self._cond.wait(left)
             self._urgent = False
-            return not self._queue and not self._busy
+            return not self._queue and not self._busy and not self._in_hook
 
     def close(self, timeout: float | None) -> None:
         with self._cond:
@@ -436,8 +460,9 @@ class Committer:
             except Exception:  # kept in the spool: committed by this process later or the next
                 log.exception("committing %d proxy rollout(s) failed; will retry", len(batch))
                 failed = True
+            hook = not failed and self._after_commit is not None
             with self._cond:
-                self._busy = False
+                self._busy, self._in_hook = False, hook
                 if failed:
                     self._counts["failed_commits"] += 1
                     if not self._closed:
@@ -446,6 +471,20 @@ class Committer:
                 self._cond.notify_all()
             if failed and not self._closed:
                 time.sleep(min(self._max_seconds, 1.0))
+            elif hook:
+                self._run_hook()
+
+    def _run_hook(self) -> None:
+        """The after-commit hook; `flush` waits for it (its effects count as the commit's)."""
+        try:
+            assert self._after_commit is not None
+            self._after_commit()
+        except Exception:  # a failed hook (spool rotation) never stops committing
+            log.exception("after-commit hook failed")
+        finally:
+            with self._cond:
+                self._in_hook = False
+                self._cond.notify_all()
 
     def _commit(self, batch: list[FinishedRollout]) -> None:
         trajectories, rows, done = [], [], []

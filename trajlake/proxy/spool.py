@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -63,16 +63,37 @@ class Spool:
     def __init__(self, directory: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.directory = Path(directory)
         self._fsync = fsync
+        self._file: IO[bytes] | None = None
+        self._open_new()
+        self._mutex = threading.Lock()
+
+    def _open_new(self) -> None:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             stamp = time.strftime("%Y%m%dT%H%M%S") + f"{time.time_ns() % 1_000_000_000:09d}"
             self.path = self.directory / f"{PREFIX}{os.getpid()}-{stamp}{SUFFIX}"
-            self._file: IO[bytes] | None = open(self.path, "ab")  # noqa: SIM115 (kept open)
+            self._file = open(self.path, "ab")  # noqa: SIM115 (kept open)
             # The lock tells a proxy starting later that this file's writer is alive.
             fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             raise SpoolError(f"cannot write the proxy spool in {self.directory}: {e}") from e
-        self._mutex = threading.Lock()
+
+    def rotate(self, min_bytes: int, unneeded: Callable[[], bool]) -> bool:
+        """Continue in a new file and delete this one, once it holds `min_bytes` and
+        `unneeded()` says nothing in it is still needed (every rollout in it committed).
+
+        `unneeded` is asked under the spool's lock, so no event can be appended between the
+        check and the switch; events that wait for the lock go to the new file.
+        """
+        with self._mutex:
+            old, old_path = self._file, self.path
+            if old is None or old.tell() < min_bytes or not unneeded():
+                return False
+            self._open_new()
+            old.close()
+            with contextlib.suppress(FileNotFoundError):
+                old_path.unlink()
+            return True
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Write one event and hand it to the OS before returning."""
