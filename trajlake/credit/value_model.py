@@ -119,8 +119,7 @@ class PrefixModelValues:
 
     def to_dict(self) -> dict[str, Any]:
         """The fitted model as a JSON-able dict."""
-        if self.coef is None or self.mean is None or self.scale is None:
-            raise TrajlakeError("the value model is not fitted: nothing to save")
+        weights = weights_dict(self.mean, self.scale, self.coef, "value model")
         return {
             "format": FORMAT,
             "l2": self.l2,
@@ -128,9 +127,7 @@ class PrefixModelValues:
             "budget": self.budget,
             "tools": self.tools,
             "features": self.feature_names,
-            "mean": self.mean.tolist(),
-            "scale": self.scale.tolist(),
-            "coef": self.coef.tolist(),
+            **weights,
         }
 
     def save(self, path: str | Path) -> None:
@@ -156,6 +153,15 @@ def read_model_json(path: str | Path, fmt: str, what: str) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != fmt:
         raise TrajlakeError(f"{path} is not a trajlake {what} ({fmt})")
     return data
+
+
+def weights_dict(
+    mean: Array | None, scale: Array | None, coef: Array | None, what: str
+) -> dict[str, list[float]]:
+    """The JSON form of a fitted logistic model's weights (the inverse of `weights_of`)."""
+    if coef is None or mean is None or scale is None:
+        raise TrajlakeError(f"the {what} is not fitted: nothing to save")
+    return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": coef.tolist()}
 
 
 def weights_of(data: dict[str, Any]) -> tuple[Array, Array, Array]:

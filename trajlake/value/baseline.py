@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from trajlake.credit.value_model import fit_logistic, read_model_json, sigmoid, weights_of
+from trajlake.credit.value_model import (
+    fit_logistic,
+    read_model_json,
+    sigmoid,
+    weights_dict,
+    weights_of,
+)
 from trajlake.errors import TrajlakeError
 from trajlake.value.dataset import ValueExample, balance, load_examples, split_by_task
 from trajlake.value.metrics import RerankAtK, auroc, auroc_per_task, brier, ece, rerank_report
@@ -210,8 +216,7 @@ class FeatureBaseline:
 
     def to_dict(self) -> dict[str, Any]:
         """The fitted model as a JSON-able dict."""
-        if self.coef is None or self.mean is None or self.scale is None:
-            raise TrajlakeError("the baseline is not fitted: nothing to save")
+        weights = weights_dict(self.mean, self.scale, self.coef, "baseline")
         return {
             "format": FORMAT,
             "l2": self.l2,
@@ -219,9 +224,7 @@ class FeatureBaseline:
             "harnesses": self.harnesses,
             "policies": self.policies,
             "features": self.feature_names,
-            "mean": self.mean.tolist(),
-            "scale": self.scale.tolist(),
-            "coef": self.coef.tolist(),
+            **weights,
         }
 
     def save(self, path: str | Path) -> None:
