@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from trajlake.records import content_hash, normalize
+import hashlib
+import json
+
+from trajlake.records import (
+    content_hash,
+    dict_rows,
+    normalize,
+    record_rows,
+    rows_for_table,
+    rows_to_tables,
+)
+from trajlake.sample import sample_trajectories
 from trajlake.schema import CanonicalTrajectory, Message
 
 
@@ -89,3 +100,64 @@ def test_clashing_message_indices_are_renumbered_in_order() -> None:
     ]
     normalize(record)
     assert [(m.thread, m.idx) for m in record.messages] == [("main", 0), ("main", 1), ("sub", 0)]
+
+
+def _reference_hash(messages: list[Message]) -> str:
+    """The content hash as defined: one compact JSON line per message, sha256 over all."""
+    digest = hashlib.sha256()
+    for m in messages:
+        calls = []
+        for c in m.tool_calls or ():
+            try:
+                args = json.dumps(
+                    json.loads(c.arguments or ""), sort_keys=True, separators=(",", ":")
+                )
+            except ValueError:
+                args = (c.arguments or "").strip()
+            calls.append([c.name, args])
+        item = [m.thread, m.role, (m.content or "").strip(), (m.reasoning or "").strip(), calls]
+        digest.update(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def test_content_hash_keeps_its_definition() -> None:
+    """Unicode, control characters, odd JSON arguments: the hash is the documented one."""
+    record = _record()
+    record.messages[1].content = '  naïve "quoted" \\ tab\t nul\x00 line\u2028sep 😀 \x7f  '
+    record.messages[2].reasoning = "думаю…\n"
+    record.messages[2].tool_calls[0].arguments = '{"b": [1.5, 1e-05, 10000000000000000], "a": "é"}'  # type: ignore[index]
+    record.messages[3].content = None
+    assert content_hash(record.messages) == _reference_hash(record.messages)
+    for sample in sample_trajectories(20):
+        parsed = CanonicalTrajectory.model_validate(sample)
+        assert content_hash(parsed.messages) == _reference_hash(parsed.messages)
+
+
+def test_row_normalisation_matches_the_records() -> None:
+    """`dict_rows` of a plain dict gives the rows `record_rows` gives the validated record."""
+    data = _record().model_dump(exclude_none=True)
+    for m in data["messages"]:  # as a chat adapter hands them over: no keys, no turns
+        del m["idx"], m["trajectory_id"]
+        if m["thread"] == "main":
+            del m["thread"]
+    record = CanonicalTrajectory.model_validate(data)
+    trajectory, messages = record_rows(record)
+    a = rows_to_tables([trajectory], messages)
+    trajectory, messages = dict_rows(data)
+    b = rows_to_tables([trajectory], messages)
+    for name in ("trajectories", "messages"):
+        assert a[name].equals(b[name]), name
+
+
+def test_missing_keys_take_defaults_and_given_nulls_stay() -> None:
+    table = rows_for_table(
+        "messages",
+        [
+            {"trajectory_id": "t", "idx": 0, "role": "user"},
+            {"trajectory_id": "t", "idx": 1, "role": "user", "thread": "main", "attrs": {"k": 1}},
+        ],
+    )
+    assert table.column("thread").to_pylist() == ["main", "main"]
+    assert table.column("is_copied_context").to_pylist() == [False, False]
+    assert table.column("attrs").to_pylist() == [None, '{"k":1}']

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
+import orjson
 import pyarrow as pa
 from pydantic import BaseModel
 
@@ -113,8 +115,32 @@ def json_fields(model: type[BaseModel]) -> frozenset[str]:
     return frozenset(names)
 
 
+# What `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` builds on every call,
+# built once: JSON columns are serialised per row on the ingest path.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+# A digit before `.`/`e`: possibly a float, where orjson's number format differs from
+# `json`'s (`1e-05`); such values (and any orjson refuses) take the `json` encoder.
+_FLOAT_LIKE = re.compile(rb"[0-9][.eE]")
+# Types `json` refuses are refused here too (subclasses, dataclasses, datetimes).
+_PASSTHROUGH = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+
+
 def dump_json(value: Any) -> str | None:
     """Serialise a JSON-column value compactly and deterministically (key order is kept)."""
     if value is None:
         return None
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    # orjson writes exactly what `_COMPACT` writes for strings, integers, lists and dicts
+    # with string keys, several times faster (tool schemas and attrs of every trajectory).
+    try:
+        fast = orjson.dumps(value, option=_PASSTHROUGH)
+    except TypeError:  # non-string keys, integers past 64 bits, lone surrogates, other types
+        return _COMPACT.encode(value)
+    if _FLOAT_LIKE.search(fast):
+        return _COMPACT.encode(value)
+    return fast.decode()

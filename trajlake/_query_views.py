@@ -57,25 +57,93 @@ def outcomes_sql(source: str | None = None) -> str:
     """
 
 
+SHELL_TOOLS = ("bash", "Bash", "execute_bash", "shell", "exec_command", "bash_command")
+"""Tool names whose calls run a shell command: their `tool` is the command's first word."""
+
+_FIRST_WORD = r"^\s*(?:cd\s+[^;&|]+?\s*&&\s*)?(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*([^\s;|&()<>]+)"
+"""The program a shell command runs: past a leading `cd DIR &&` and env assignments."""
+
+TOOL_CALLS_SQL = f"""
+    WITH calls AS (
+        SELECT trajectory_id, thread, idx, turn, timestamp AS called_at, attrs AS call_attrs,
+               unnest(tool_calls) AS tc, unnest(generate_series(1, len(tool_calls))) AS call_pos
+        FROM messages WHERE tool_calls IS NOT NULL AND len(tool_calls) > 0
+    ), results AS (
+        SELECT trajectory_id, thread, idx AS result_idx, tool_call_id, content, is_error,
+               exit_code, timestamp AS answered_at, attrs AS result_attrs
+        FROM messages WHERE tool_call_id IS NOT NULL AND role <> 'assistant'
+    ), paired AS (
+        SELECT c.*, r.* EXCLUDE (trajectory_id, thread, tool_call_id)
+        FROM calls c LEFT JOIN results r
+          ON r.trajectory_id = c.trajectory_id AND r.thread = c.thread
+         AND r.tool_call_id = c.tc.id AND r.result_idx > c.idx
+        QUALIFY row_number() OVER (PARTITION BY c.trajectory_id, c.thread, c.idx, c.call_pos
+                                   ORDER BY r.result_idx NULLS LAST) = 1
+    ), commands AS (
+        SELECT *, CASE
+            WHEN tc.name NOT IN ({", ".join(repr(t) for t in SHELL_TOOLS)}) THEN NULL
+            WHEN NOT coalesce(json_valid(tc.arguments), false) THEN NULL  -- raw-text arguments
+            -- Codex passes argv: `["bash", "-lc", "<script>"]` runs the script.
+            WHEN json_type(tc.arguments, '$.command') = 'ARRAY' THEN
+                CASE WHEN json_extract_string(tc.arguments, '$.command[1]') IN ('-lc', '-c')
+                     THEN json_extract_string(tc.arguments, '$.command[2]')
+                     ELSE json_extract_string(tc.arguments, '$.command[0]') END
+            ELSE coalesce(json_extract_string(tc.arguments, '$.command'),
+                          json_extract_string(tc.arguments, '$.cmd'),
+                          json_extract_string(tc.arguments, '$.keystrokes'))
+        END AS shell_command
+        FROM paired
+    )
+    SELECT trajectory_id, thread, idx, turn, tc.id AS call_id, tc.name AS tool_name,
+           coalesce(nullif(regexp_extract(regexp_extract(shell_command, '{_FIRST_WORD}', 1),
+                                          '([^/]+)$', 1), ''),
+                    tc.name) AS tool,
+           tc.arguments AS arguments, tc.type AS call_type,
+           result_idx, content AS result,
+           CASE WHEN result_idx IS NULL THEN NULL
+                ELSE coalesce(is_error, false) OR coalesce(exit_code, 0) <> 0 END AS is_error,
+           exit_code,
+           coalesce(
+               TRY_CAST(json_extract(result_attrs, '$.duration_ms') AS DOUBLE),
+               TRY_CAST(json_extract(result_attrs, '$.tool_use_result.durationMs') AS DOUBLE),
+               1000 * TRY_CAST(json_extract(call_attrs, '$.execution_time') AS DOUBLE),
+               CASE WHEN answered_at >= called_at
+                    THEN (epoch_us(answered_at) - epoch_us(called_at)) / 1000.0 END
+           ) AS duration_ms
+    FROM commands
+"""
+"""The `tool_calls` view: each call paired with its result — the first later message of the
+thread (tool message, or a text-action agent's `user` observation) whose `tool_call_id` is the
+call's id. `tool` is the harness's tool name, except for shell tools (`SHELL_TOOLS`), where it
+is the program the command runs (`ls`, `python`, `sed`: past `cd DIR &&` and env assignments,
+path dropped), so "which tools fail most" means the same across harnesses. `is_error`: the
+result says so or its exit code is non-zero (NULL without a result). `duration_ms`: the
+result's recorded duration (`attrs.duration_ms`, Claude Code's `durationMs`), else SWE-agent's
+`execution_time`, else the time from the call's message to its result when both are stamped."""
+
 _KEEP_SCHEMAS = 16
 """Snapshots whose views stay built; older ones are dropped and rebuilt on demand."""
 
 DERIVED_VIEWS: dict[str, str] = {
-    "tool_calls": """
-        SELECT trajectory_id, thread, idx, turn, tc.id AS call_id, tc.name AS tool_name,
-               tc.arguments AS arguments, tc.type AS call_type
-        FROM (SELECT trajectory_id, thread, idx, turn, unnest(tool_calls) AS tc
-              FROM messages WHERE tool_calls IS NOT NULL)
-    """,
+    # One row per tool call with what came back: see `TOOL_CALLS_SQL`.
+    "tool_calls": TOOL_CALLS_SQL,
     # Effective outcome: a label matched by trajectory id beats one matched by task + run,
     # which beats what the rollout recorded itself; among labels the newest wins.
     "outcomes": outcomes_sql(),
-    # The same conversation stored under several ids (e.g. one rollout read from two formats).
+    # One rollout stored under several ids: the same conversation (content hash), or the same
+    # rollout read from two formats (a shared `attrs.rollout_key`, e.g. Harbor's ATIF file and
+    # the native session it was converted from).
     "duplicates": """
         SELECT content_hash, count(*) AS copies,
-               list(trajectory_id ORDER BY trajectory_id) AS trajectory_ids
+               list(trajectory_id ORDER BY trajectory_id) AS trajectory_ids,
+               'content' AS kind, content_hash AS key
         FROM trajectories WHERE content_hash IS NOT NULL
         GROUP BY content_hash HAVING count(*) > 1
+        UNION ALL
+        SELECT NULL, count(*), list(trajectory_id ORDER BY trajectory_id), 'rollout_key', key
+        FROM (SELECT trajectory_id, json_extract_string(attrs, '$.rollout_key') AS key
+              FROM trajectories)
+        WHERE key IS NOT NULL GROUP BY key HAVING count(*) > 1
     """,
     # One row per agent turn: the action (content + tool calls) and whether what came back
     # reported an error (credit assignment works on these).

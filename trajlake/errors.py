@@ -75,6 +75,10 @@ class InvalidRecord(TrajlakeError):
     """A source record failed to parse or validate (file, line and field in the message)."""
 
 
+class TrajectoryIdConflict(InvalidRecord):
+    """Strict mode: a trajectory's id is taken by a trajectory with other messages."""
+
+
 class FormatDetectionError(TrajlakeError):
     """The input's format could not be detected; pass `--format` explicitly."""
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from pydantic_core import PydanticUndefined
 
@@ -35,20 +37,66 @@ def content_hash(messages: Sequence[Message]) -> str:
     Only what the model saw and said counts (thread, role, content, reasoning, tool calls and
     results); ids, timestamps and token counts differ between harnesses and are left out.
     """
+    return _hash_items(
+        (
+            m.thread,
+            m.role,
+            m.content,
+            m.reasoning,
+            [(c.name, c.arguments) for c in m.tool_calls] if m.tool_calls else (),
+        )
+        for m in messages
+    )
+
+
+def _hash_items(items: Iterable[tuple[Any, Any, Any, Any, Any]]) -> str:
+    """The hash of (thread, role, content, reasoning, [(tool name, arguments)]) per message.
+
+    Each message is hashed as the compact JSON list `[thread, role, content, reasoning,
+    [[name, arguments], ...]]` with content and reasoning trimmed and arguments normalised,
+    one line each. orjson writes exactly what `json.dumps(ensure_ascii=False,
+    separators=(",", ":"))` writes for strings and lists, at a fraction of the cost.
+    """
     digest = hashlib.sha256()
-    for m in messages:
-        calls = [(c.name, normalise_json_text(c.arguments)) for c in m.tool_calls or ()]
-        item = [m.thread, m.role, (m.content or "").strip(), (m.reasoning or "").strip(), calls]
-        digest.update(json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode())
+    for thread, role, content, reasoning, calls in items:
+        item = [
+            thread,
+            role,
+            (content or "").strip(),
+            (reasoning or "").strip(),
+            [(name, normalise_json_text(arguments)) for name, arguments in calls],
+        ]
+        digest.update(orjson.dumps(item))
         digest.update(b"\n")
     return digest.hexdigest()
 
 
+# Built once: `json.dumps` with non-default options builds a new encoder on every call.
+_SORTED_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
+# A digit before `.`/`e`: a float (or a string holding one), where orjson's number format
+# differs from `json`'s (`1e-05`, `1e+16`) and integers past 64 bits come back as floats.
+_FLOAT_LIKE = re.compile(rb"[0-9][.eE]")
+
+
 def normalise_json_text(text: str | None) -> str:
+    """JSON text with sorted keys and no spacing (ASCII-escaped); other text trimmed.
+
+    orjson gives the same text as `json.dumps(..., sort_keys=True, separators=(",", ":"))`
+    whenever its output is ASCII without floats; anything else takes the `json` round trip.
+    """
     if not text:
         return ""
     try:
-        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+        fast = orjson.dumps(orjson.loads(text), option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        pass
+    else:
+        if fast.isascii() and not _FLOAT_LIKE.search(fast):
+            return fast.decode()
+    try:
+        return _SORTED_ENCODER.encode(json.loads(text))
     except ValueError:
         return text.strip()
 
@@ -117,6 +165,114 @@ def normalize(record: CanonicalTrajectory) -> CanonicalTrajectory:
     return record
 
 
+def normalize_row(record: dict[str, Any]) -> dict[str, Any]:
+    """`normalize` for a canonical record held as plain dicts (messages included), in place.
+
+    The hot ingest path builds no pydantic objects; this gives its rows exactly what
+    `normalize` gives a record: message keys (position in the thread where `idx` is missing),
+    turns, rollups, content hash and id. Absent keys mean the field's default.
+    """
+    messages: list[dict[str, Any]] = record["messages"]
+    n_turns, n_tool_calls, assistant = _row_keys_and_turns(messages)
+    if record.get("content_hash") is None:
+        record["content_hash"] = _row_hash(messages)
+    if not record.get("trajectory_id"):
+        record["trajectory_id"] = "h-" + record["content_hash"][:32]
+    trajectory_id = record["trajectory_id"]
+    for m in messages:
+        m["trajectory_id"] = trajectory_id
+    _fill(record, "n_messages", len(messages))
+    _fill(record, "n_turns", n_turns)
+    _fill(record, "n_tool_calls", n_tool_calls)
+    for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"):
+        if record.get(name) is None:
+            record[name] = _sum_or_none(m.get(name) for m in assistant)
+    if record.get("total_tokens") is None and record.get("prompt_tokens") is not None:
+        record["total_tokens"] = record["prompt_tokens"] + (record.get("completion_tokens") or 0)
+    return record
+
+
+def _row_keys_and_turns(
+    messages: list[dict[str, Any]],
+) -> tuple[int, int, list[dict[str, Any]]]:
+    """Thread and idx (renumbered if keys repeat) and turns of row messages, in one pass.
+
+    Returns the main thread's assistant turns, the tool calls and the assistant messages.
+    """
+    positions: dict[str, int] = {}
+    counters: dict[str, int] = {}
+    keys = set()
+    assistant = []
+    n_turns = n_tool_calls = 0
+    for m in messages:
+        thread = m.setdefault("thread", "main")
+        key = thread or "main"  # as `CanonicalTrajectory` counts positions
+        position = positions.get(key, 0)
+        positions[key] = position + 1
+        keys.add((thread, m.setdefault("idx", position)))
+        calls = m.get("tool_calls")
+        if calls:
+            n_tool_calls += len(calls)
+        if m["role"] == "assistant":
+            assistant.append(m)
+            counters[thread] = counters.get(thread, -1) + 1
+            n_turns += thread == "main"
+        if m.get("turn") is None and thread in counters:
+            m["turn"] = counters[thread]
+    if len(keys) != len(messages):
+        positions = {}
+        for m in messages:
+            m["idx"] = positions.get(m["thread"], 0)
+            positions[m["thread"]] = m["idx"] + 1
+    return n_turns, n_tool_calls, assistant
+
+
+def _row_hash(messages: list[dict[str, Any]]) -> str:
+    """`content_hash` of row messages (the `_hash_items` definition, inlined for speed)."""
+    digest = hashlib.sha256()
+    dumps = orjson.dumps
+    for m in messages:
+        calls = m.get("tool_calls")
+        item = [
+            m["thread"],
+            m["role"],
+            (m.get("content") or "").strip(),
+            (m.get("reasoning") or "").strip(),
+            [(c["name"], normalise_json_text(c.get("arguments"))) for c in calls] if calls else [],
+        ]
+        digest.update(dumps(item))
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def _fill(record: dict[str, Any], name: str, value: Any) -> None:
+    if record.get(name) is None:
+        record[name] = value
+
+
+def record_rows(record: CanonicalTrajectory) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The `trajectories` row and `messages` rows of a record (normalised first)."""
+    normalize(record)
+    return record.model_dump(exclude={"messages"}), [m.model_dump() for m in record.messages]
+
+
+def dict_rows(record: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`record_rows` for a record held as plain dicts (normalised first; consumes `record`)."""
+    normalize_row(record)
+    messages = record.pop("messages")
+    return record, messages
+
+
+def rows_to_tables(
+    trajectory_rows: Sequence[Mapping[str, Any]], message_rows: Sequence[Mapping[str, Any]]
+) -> dict[str, pa.Table]:
+    """Arrow data for `trajectories` and `messages` from their row dicts."""
+    return {
+        "trajectories": rows_for_table("trajectories", trajectory_rows),
+        "messages": rows_for_table("messages", message_rows),
+    }
+
+
 @functools.cache
 def _defaults(table: str) -> dict[str, Any]:
     fields = RECORD_TYPES[table].model_fields
@@ -135,8 +291,27 @@ def rows_for_table(table: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     schema = table_schema(table)
     json_cols = json_columns(table)
     defaults = _defaults(table)
-    rows = [{**defaults, **r, **{c: dump_json(r.get(c)) for c in json_cols}} for r in rows]
-    data = pa.Table.from_pylist(list(rows), schema=schema)
+    rows = rows if isinstance(rows, list) else list(rows)
+    n = len(rows)
+    # Column by column: one list per column given to Arrow with its schema type. Most columns
+    # are absent from every row of a source (tokens, logprobs, timestamps of a chat export):
+    # those cost one constant array, not a look-up per row. A missing key takes the default,
+    # a key given as None stays None, as `{**defaults, **row}` would have it.
+    present: set[str] = set().union(*rows) if rows else set()
+    columns = []
+    for f in schema:
+        name = f.name
+        default = defaults.get(name)
+        if name not in present:
+            constant = pa.nulls(n, f.type) if default is None else pa.array([default] * n, f.type)
+            columns.append(constant)
+        elif name in json_cols:
+            columns.append(pa.array([dump_json(r.get(name)) for r in rows], type=f.type))
+        elif default is not None:
+            columns.append(pa.array([r.get(name, default) for r in rows], type=f.type))
+        else:
+            columns.append(pa.array([r.get(name) for r in rows], type=f.type))
+    data = pa.Table.from_arrays(columns, schema=schema)
     sort_keys = SORT_KEYS.get(table)
     if sort_keys and data.num_rows > 1:
         data = data.sort_by([(k, "ascending") for k in sort_keys])
@@ -153,13 +328,10 @@ def trajectories_to_tables(records: Sequence[CanonicalTrajectory]) -> dict[str, 
     traj_rows: list[dict[str, Any]] = []
     message_rows: list[dict[str, Any]] = []
     for record in records:
-        normalize(record)
-        traj_rows.append(record.model_dump(exclude={"messages"}))
-        message_rows.extend(m.model_dump() for m in record.messages)
-    return {
-        "trajectories": rows_for_table("trajectories", traj_rows),
-        "messages": rows_for_table("messages", message_rows),
-    }
+        row, messages = record_rows(record)
+        traj_rows.append(row)
+        message_rows.extend(messages)
+    return rows_to_tables(traj_rows, message_rows)
 
 
 def table_to_rows(table: str, data: pa.Table) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import pytest
 import trajlake as tl
 from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile
 from trajlake.ingest._adapter import stable_id
+from trajlake.ingest._models import normalize_model
 from trajlake.ingest._sources import read_head
 from trajlake.ingest.claude_code import ClaudeCodeAdapter
 from trajlake.records import normalize
@@ -100,9 +101,11 @@ def test_parallel_tool_calls_are_one_message_with_both_results() -> None:
     assert [m.name for m in record.messages[2:4]] == ["Bash", "Glob"]
     assert all(m.is_error for m in record.messages[2:4])
     assert (reply.prompt_tokens, reply.cached_tokens) == (3 + 13835 + 11515, 11515)
+    # policy_model is in normal form (`_models`); the message keeps the name the API gave.
     assert (reply.model, record.policy_model, record.harness) == (
-        "claude-opus-4-6", "claude-opus-4-6", "claude-code",
+        "claude-opus-4-6", "anthropic/claude-opus-4-6", "claude-code",
     )  # fmt: skip
+    assert record.attrs is not None and record.attrs["raw_policy_model"] == "claude-opus-4-6"
     assert record.harness_version == "2.1.38"
     assert record.trajectory_id == stable_id("claude-code", "55604662-cf2a-4331-851a-ec234028f8ca")
     assert record.task_id is None and record.status is None
@@ -194,7 +197,8 @@ def test_session_with_subagents_and_compaction() -> None:
     assert record.attrs is not None
     assert record.attrs["compactions"] == [{"trigger": "manual", "preTokens": 142431}]
     models = Counter(m.model for m in record.messages if m.role == "assistant")
-    assert record.policy_model in models
+    assert record.attrs["raw_policy_model"] in models and record.attrs["models"] == dict(models)
+    assert record.policy_model == normalize_model(record.attrs["raw_policy_model"])
 
 
 @needs_corpus

@@ -16,6 +16,7 @@ import pytest
 import trajlake as tl
 from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile
 from trajlake.ingest._adapter import stable_id
+from trajlake.ingest._models import normalize_model
 from trajlake.ingest._sources import read_head
 from trajlake.ingest.codex import CodexAdapter
 from trajlake.records import normalize
@@ -83,7 +84,7 @@ def test_rollouts_match_their_lines() -> None:
         assert record.trajectory_id == stable_id("codex", meta["id"])
         assert (record.harness, record.harness_version) == ("codex", meta["cli_version"])
         models = Counter(ln["payload"]["model"] for ln in lines if ln["type"] == "turn_context")
-        assert record.policy_model == models.most_common(1)[0][0]
+        assert record.policy_model == normalize_model(models.most_common(1)[0][0])
         # Tool calls: every call item, in order, arguments kept verbatim (not JSON here).
         calls = _items(lines, *CALLS)
         got = [c for m in record.messages for c in m.tool_calls or []]

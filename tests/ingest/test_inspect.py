@@ -15,6 +15,7 @@ import pytest
 
 import trajlake as tl
 from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile
+from trajlake.ingest._models import normalize_model
 from trajlake.ingest._sources import expand_sources, read_head
 from trajlake.ingest.inspect_ai import InspectAdapter
 from trajlake.records import normalize
@@ -68,7 +69,7 @@ def test_eval_zip_gives_one_trajectory_per_sample_and_epoch() -> None:
         record = by_sample[(sample["id"], sample["epoch"])]
         assert record.task_id == f"popularity/{sample['id']}"
         assert record.attempt == sample["epoch"]
-        assert record.policy_model == header["eval"]["model"]
+        assert record.policy_model == normalize_model(header["eval"]["model"])
         assert record.run_id == header["eval"]["run_id"]
         assert record.harness == "inspect_ai"
         assert [m.role for m in record.messages] == [m["role"] for m in sample["messages"]]

@@ -169,7 +169,11 @@ def test_v1_per_call_usage_reasoning_and_run_fields(tmp_path: Path) -> None:
     assert (record.status, record.exit_reason) == ("completed", "Submitted")
     assert record.final_output == "diff --git a/x.py b/x.py\n"
     assert record.cost_usd == pytest.approx(0.3386) and record.harness_version == "1.15.0"
-    assert record.policy_model == "openrouter/google/gemini-3-pro-preview"
+    # The model that answered, in normal form (the configured route is in model_config).
+    assert record.policy_model == "google/gemini-3-pro-preview"
+    assert record.attrs["model_config"]["model_name"] == "openrouter/google/gemini-3-pro-preview"
+    assert record.task_source == "swe-bench"
+    assert (record.started_at, record.ended_at) == (first.timestamp, assistants[-1].timestamp)
     assert record.attrs["model_stats"]["api_calls"] == 3
     assert "agent_config" not in record.attrs  # prompt templates are in the messages already
 

@@ -101,7 +101,7 @@ def test_same_secret_same_placeholder_numbered_per_kind() -> None:
             {"role": "tool", "content": f"again {OPENAI} and {EMAIL}"},
         ]
     )
-    assert redact_trajectory(record) == 5
+    assert redact_trajectory(record, Redactor(personal=True)) == 5
     assert [m.content for m in record.messages] == [
         "key <SECRET:openai_key:1>, mail <SECRET:email:1>",
         "other key <SECRET:openai_key:2>",
@@ -139,7 +139,7 @@ def test_every_free_text_field_is_redacted_in_place() -> None:
             },
         ],
     )
-    count = redact_trajectory(record)
+    count = redact_trajectory(record, Redactor(personal=True))
     text = _all_text(record)
     for secret in (OPENAI, OPENAI_2, GITHUB, PASSWORD, EMAIL):
         assert secret not in text
@@ -175,7 +175,7 @@ def test_tool_call_arguments_stay_valid_json(command: str) -> None:
     record = _trajectory(
         messages=[{"role": "assistant", "tool_calls": [{"name": "bash", "arguments": arguments}]}]
     )
-    assert redact_trajectory(record) >= 1
+    assert redact_trajectory(record, Redactor(personal=True)) >= 1
     calls = record.messages[0].tool_calls
     assert calls is not None and calls[0].arguments is not None
     decoded = json.loads(calls[0].arguments)  # still valid JSON

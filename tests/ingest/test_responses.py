@@ -11,6 +11,7 @@ import pytest
 
 import trajlake as tl
 from trajlake.ingest import BadRecord, ParsedTrajectory, SourceFile
+from trajlake.ingest._models import normalize_model
 from trajlake.ingest._sources import expand_sources, read_head
 from trajlake.ingest.responses import ResponsesAdapter
 from trajlake.records import normalize
@@ -80,7 +81,7 @@ def _check_env(root: Path, env: str) -> list[CanonicalTrajectory]:
         users = [i for i in items if i.get("type") == "message" and i.get("role") == "user"]
         assert sum(1 for m in record.messages if m.role == "user") == len(users)
         assert record.task_source == env
-        assert record.policy_model == row["response"]["model"]
+        assert record.policy_model == normalize_model(row["response"]["model"])
         assert record.reward == row["reward"]
         assert record.trajectory_id == _records(path)[rows.index(row)].trajectory_id
         usage = row["response"].get("usage")

@@ -107,7 +107,7 @@ def test_function_calling_1x_keeps_native_calls_and_appends_the_missing_final_st
     assert record.n_turns == len(data["trajectory"]) == 5
     first = record.messages[2]
     assert first.attrs["execution_time"] == data["trajectory"][0]["execution_time"]
-    assert record.policy_model == "gpt-4o"  # replay_config.agent.model.name
+    assert record.policy_model == "openai/gpt-4o"  # replay_config.agent.model.name, normalised
     assert record.attrs["parse_function"] == "function_calling"
     assert record.attrs["problem_statement_id"] == "SWE-agent__test-repo-i1"
     assert (record.prompt_tokens, record.completion_tokens) == (7141, 243)

@@ -8,10 +8,17 @@ import click
 
 from trajlake.cli.export_atif_cmd import atif
 from trajlake.cli.export_sft_cmd import sft
-from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
+from trajlake.cli.options import (
+    LakeSpec,
+    at_option,
+    lake_options,
+    output_option,
+    redaction_policy_options,
+)
 from trajlake.cli.output import make_output
 from trajlake.cli.progress import progress_for
-from trajlake.ingest import format_names
+from trajlake.cli.transcript import with_effective_outcome
+from trajlake.ingest import AllowList, format_names, redaction_report
 from trajlake.schema import Stage
 
 
@@ -28,10 +35,18 @@ from trajlake.schema import Stage
     help="Source format; auto detects it from each file's content.",
 )
 @click.option("--generation", type=int, default=None, help="Agent generation to record.")
-@click.option("--run-id", default=None, help="Run / experiment id to record.")
+@click.option(
+    "--run-id",
+    default=None,
+    help="Run / experiment id to record; it becomes part of every id (<id>@RUN), so runs "
+    "that reuse rollout ids stay apart.",
+)
 @click.option("--stage", type=click.Choice(get_args(Stage)), default=None, help="Stage to record.")
 @click.option(
-    "--strict", is_flag=True, help="Fail on the first bad record instead of quarantining it."
+    "--strict",
+    is_flag=True,
+    help="Fail on the first bad record instead of quarantining it, and on a trajectory id "
+    "taken by other messages instead of keeping it under a derived id.",
 )
 @click.option(
     "--batch-size",
@@ -44,8 +59,15 @@ from trajlake.schema import Stage
     "--no-redact",
     "no_redact",
     is_flag=True,
-    help="Keep secrets as they are (by default API keys, tokens, private keys, passwords and "
-    "e-mail addresses become typed placeholders such as <SECRET:openai_key:1>).",
+    help="Keep secrets as they are (by default API keys, tokens, private keys and passwords "
+    "become typed placeholders such as <SECRET:openai_key:1>).",
+)
+@redaction_policy_options
+@click.option(
+    "--redact-report",
+    is_flag=True,
+    help="Print what would be redacted (kind, file, trajectory, masked context) and write "
+    "nothing; the lake is not opened.",
 )
 @click.option(
     "--dedupe-content",
@@ -78,6 +100,9 @@ def ingest(
     strict: bool,
     batch_size: int,
     no_redact: bool,
+    redact_personal: bool,
+    allow_list: str | None,
+    redact_report: bool,
     dedupe_content: bool,
     labels: tuple[str, ...],
     workers: int | None,
@@ -88,6 +113,14 @@ def ingest(
     Bad records go to the quarantine table (with file, line and reason) unless --strict;
     records already in the lake are counted as duplicates and not stored twice.
     """
+    # Read before the lake is opened (or created): a bad entry must leave nothing behind.
+    allowed = AllowList.load(allow_list) if allow_list is not None else None
+    if redact_report:
+        found = redaction_report(
+            list(paths), format=fmt, redact_personal=redact_personal, allow_list=allowed
+        )
+        make_output(output).redaction_report(found)
+        return
     report = lake.open(create=create).ingest(
         list(paths),
         format=fmt,
@@ -97,6 +130,8 @@ def ingest(
         strict=strict,
         batch_size=batch_size,
         redact=not no_redact,
+        redact_personal=redact_personal,
+        allow_list=allowed,
         dedupe_content=dedupe_content,
         workers=workers,
         labels=list(labels) or None,
@@ -148,8 +183,15 @@ def sql(
 @click.option("--full", is_flag=True, help="Do not cut long tool results and arguments.")
 @output_option()
 def show(trajectory_id: str, lake: LakeSpec, at: str | None, full: bool, output: str) -> None:
-    """Show one trajectory as a transcript (json: the canonical record)."""
-    record = lake.open().trajectory(trajectory_id, at=at)
+    """Show one trajectory as a transcript (json: the canonical record).
+
+    The transcript's outcome is the effective one (the `outcomes` view: a label beats what the
+    rollout recorded) with the source that gave it, and the recorded one when they differ.
+    """
+    opened = lake.open()
+    record = opened.trajectory(trajectory_id, at=at)
+    if output != "json":  # json stays the stored record, as it ingests back
+        record = with_effective_outcome(opened, record, at)
     make_output(output).trajectory(record, full=full)
 
 

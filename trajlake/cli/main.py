@@ -1,8 +1,9 @@
 """The `trajlake` root command: global options, logging set-up and error handling.
 
-Errors about data, lake state or arguments (TrajlakeError, ValueError, OSError) end the command
-with one line on stderr and exit code 1; `--verbose` adds the traceback. Ctrl-C exits with 130.
-Anything else is a bug and keeps its traceback.
+Errors about data, lake state or arguments (TrajlakeError, ValueError, OSError, EOFError) end
+the command with one line on stderr and exit code 1; `--verbose` adds the traceback. Ctrl-C
+exits with 130. Anything else is a bug and keeps its traceback. EOFError is caught here because
+click would otherwise print a bare `Aborted!` for it (it takes it for a closed prompt).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from trajlake.cli.progress import stderr_console
 from trajlake.cli.proxy_cmd import proxy
 from trajlake.cli.value_cmds import eval_group, rerank, score, serve, train_group
 
-USER_ERRORS: tuple[type[BaseException], ...] = (tl.TrajlakeError, ValueError, OSError)
+USER_ERRORS: tuple[type[BaseException], ...] = (tl.TrajlakeError, ValueError, OSError, EOFError)
 """What a user can fix: reported in one line, without a traceback."""
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_INTERRUPTED = 130
@@ -37,6 +38,8 @@ def one_line(error: BaseException) -> str:
     """The error message on one line (engines such as DuckDB add context lines and carets)."""
     lines = [line.strip() for line in str(error).splitlines()]
     text = " ".join(line for line in lines if line and set(line) != {"^"})
+    if isinstance(error, EOFError):  # gzip's and bz2's "ended early" carry no file name
+        return f"input ended early ({text or 'EOFError'})"
     return text or type(error).__name__
 
 

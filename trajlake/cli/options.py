@@ -94,6 +94,24 @@ def lake_options(func: F) -> F:
     return cast(F, wrapper)
 
 
+def redaction_policy_options(func: F) -> F:
+    """Add `--redact-personal` and `--allow-list`: the redaction policy of ingest and proxy."""
+    func = click.option(
+        "--allow-list",
+        "allow_list",
+        type=click.Path(exists=True, dir_okay=False),
+        default=None,
+        help="File of values never redacted: one a line, exact or `re:REGEX` (whole match), "
+        "`#` comments.",
+    )(func)
+    return click.option(
+        "--redact-personal",
+        is_flag=True,
+        help="Also replace personal data (e-mail addresses, phone numbers); kept by default. "
+        "Credentials always are.",
+    )(func)
+
+
 at_option = click.option(
     "--at",
     "at",

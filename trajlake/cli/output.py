@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         ValidationReport,
     )
     from trajlake.export.jsonl import ExportReport
-    from trajlake.ingest import IngestReport
+    from trajlake.ingest import IngestReport, RedactionReport
     from trajlake.tour import TourReport
 
 
@@ -156,6 +156,10 @@ class Output(ABC):
     def tour_report(self, report: TourReport) -> None:
         """`demo`: what the tour did and found."""
 
+    @abstractmethod
+    def redaction_report(self, report: RedactionReport) -> None:
+        """`ingest --redact-report`: what would be redacted, by kind, with masked context."""
+
 
 class JsonOutput(Output):
     """Machine-readable JSON on stdout, one document per command."""
@@ -199,6 +203,9 @@ class JsonOutput(Output):
 
     def tour_report(self, report: TourReport) -> None:
         self.emit(dataclasses.asdict(report))
+
+    def redaction_report(self, report: RedactionReport) -> None:
+        self.emit(report.to_dict())
 
 
 def _csv_cell(value: Any) -> Any:

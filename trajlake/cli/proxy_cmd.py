@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trajlake.cli.options import LakeSpec, lake_options
+from trajlake.cli.options import LakeSpec, lake_options, redaction_policy_options
 
 
 @click.command("proxy")
@@ -54,6 +54,7 @@ from trajlake.cli.options import LakeSpec, lake_options
     is_flag=True,
     help="fsync every spooled call (survives power loss; a killed proxy loses nothing without).",
 )
+@redaction_policy_options
 def proxy(
     lake: LakeSpec,
     upstream: str,
@@ -68,6 +69,8 @@ def proxy(
     batch_size: int,
     commit_seconds: float,
     fsync: bool,
+    redact_personal: bool,
+    allow_list: str | None,
 ) -> None:
     """Forward model calls to UPSTREAM unchanged and record every rollout into the lake.
 
@@ -77,8 +80,10 @@ def proxy(
     POST /rollouts/ROLLOUT_ID/finish {status}: it is then committed (trajectories, messages,
     calls). Runs until Ctrl-C or SIGTERM.
     """
+    from trajlake.ingest import AllowList
     from trajlake.proxy.server import default_spool_dir, run_proxy
 
+    allowed = AllowList.load(allow_list) if allow_list is not None else None
     opened = lake.open(create=True)
     spool = spool_dir if spool_dir is not None else default_spool_dir(opened.uri)
 
@@ -103,5 +108,7 @@ def proxy(
         batch_size=batch_size,
         commit_seconds=commit_seconds,
         fsync=fsync,
+        redact_personal=redact_personal,
+        allow_list=allowed,
         ready=ready,
     )

@@ -26,11 +26,12 @@ if TYPE_CHECKING:
         ValidationReport,
     )
     from trajlake.export.jsonl import ExportReport
-    from trajlake.ingest import IngestReport
+    from trajlake.ingest import IngestReport, RedactionReport
     from trajlake.loop import LoopReport
     from trajlake.tour import TourReport
 
 PROBLEMS_SHOWN = 5
+FINDINGS_SHOWN = 200
 CELL_WIDTH = 60
 
 
@@ -65,6 +66,17 @@ def cell(value: Any) -> Text:
     return Text(text)
 
 
+def skip_summary(by_reason: Mapping[str, Sequence[str]], examples: int = 2) -> str:
+    """One line for the files that hold no trajectory: counts by kind, a few examples each."""
+    total = sum(len(uris) for uris in by_reason.values())
+    parts = []
+    for reason, uris in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        names = ", ".join(u.rstrip("/").rsplit("/", 1)[-1] for u in uris[:examples])
+        more = ", …" if len(uris) > examples else ""
+        parts.append(f"{len(uris)} {reason} (e.g. {names}{more})")
+    return f"skipped {total} file(s) holding no trajectory: " + "; ".join(parts)
+
+
 def added_summary(summary: Mapping[str, Any]) -> str:
     """'trajectories 40, messages 812' from a snapshot's summary (non-zero tables only)."""
     added = summary.get("added")
@@ -94,17 +106,23 @@ class TextOutput(Output):
             f"read {report.files} file(s) ({formats or 'none'}), {format_mb(report.bytes_read)} "
             f"in {report.seconds:.2f} s ({report.mb_per_s:.1f} MB/s)"
         )
+        identity = "".join(
+            f", {n} {what}"
+            for n, what in ((report.updated, "updated"), (report.conflicts, "id conflicts"))
+            if n
+        )
         self.line(
             f"snapshot {report.snapshot_id}: {report.added} added, {report.duplicates} "
-            f"duplicates, {report.quarantined} quarantined"
+            f"duplicates{identity}, {report.quarantined} quarantined"
         )
+        self._identity_examples(report)
         for problem in report.problems[:PROBLEMS_SHOWN]:
             self.line(Text(f"  {problem}", style="yellow"))
         if report.quarantined > PROBLEMS_SHOWN:
             more = report.quarantined - PROBLEMS_SHOWN
             self.line(f"  … and {more} more (see the quarantine table)")
-        for skipped in report.files_skipped:
-            self.line(Text(f"skipped (unknown format): {skipped}", style="dim"))
+        if report.files_skipped:
+            self.line(Text(skip_summary(report.skipped_by_reason), style="dim"))
         if report.redactions:
             self.line(f"redacted {report.redactions} secret(s) (placeholders such as <SECRET:…>)")
         if report.labels is not None:
@@ -113,6 +131,51 @@ class TextOutput(Output):
                 f"labels: {labels['added']} added, {labels['duplicates']} already there, "
                 f"{labels['matched']} matched, {labels['unmatched']} unmatched"
             )
+
+    def _identity_examples(self, report: IngestReport) -> None:
+        """Conflicts (with the way out) and updates, a few of each; duplicates stay quiet."""
+        for kind, style, total in (
+            ("conflict", "yellow", report.conflicts),
+            ("updated", "dim", report.updated),
+        ):
+            shown = [e for e in report.identity_examples if e["kind"] == kind]
+            for e in shown[:PROBLEMS_SHOWN]:
+                stored = f" -> {e['stored_as']}" if e.get("stored_as") else ""
+                where = e.get("source") or "input"
+                text = f"  {kind}: {where}: {e['trajectory_id']}{stored}: {e['detail']}"
+                self.line(Text(text, style=style))
+            listed = min(len(shown), PROBLEMS_SHOWN)
+            if total > listed:
+                self.line(f"  … and {total - listed} more {kind}")
+        if report.conflicts:
+            self.line(
+                "  ids of different runs collide: pass --run-id to give each run its own ids "
+                "(--strict refuses conflicts)"
+            )
+
+    def redaction_report(self, report: RedactionReport) -> None:
+        policy = "credentials and personal data" if report.personal else "credentials"
+        if report.allow_list_entries:
+            policy += f", {report.allow_list_entries} allow-list entries kept"
+        self.line(
+            f"read {report.files} file(s), {report.trajectories} trajectories, "
+            f"{report.bad_records} bad record(s); redacting {policy}; nothing written"
+        )
+        for f in report.findings[:FINDINGS_SHOWN]:
+            where = f"{f.file}:{f.line}" if f.line is not None else f.file
+            self.line(f"{where} {f.trajectory_id or '-'} {f.field} {f.placeholder}")
+            self.line(Text(f"    {f.context}", style="dim"))
+        if len(report.findings) > FINDINGS_SHOWN:
+            more = len(report.findings) - FINDINGS_SHOWN
+            self.line(f"… and {more} more finding(s) (--output json lists all)")
+        for skipped in report.files_skipped:
+            self.line(Text(f"skipped (unknown format): {skipped}", style="dim"))
+        table = Table("kind", "family", "findings", box=box.SIMPLE_HEAD, show_edge=False)
+        families = {f.kind: f.family for f in report.findings}
+        for kind, n in report.by_kind.items():
+            table.add_row(kind, families[kind], str(n))
+        self.console.print(table)
+        self.line(f"{len(report.findings)} finding(s) in all")
 
     def query_result(self, result: QueryResult, *, limit: int) -> None:
         data = result.to_arrow()

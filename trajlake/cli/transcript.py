@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from trajlake.lake import Lake
     from trajlake.schema import CanonicalTrajectory, Message, ToolCall
 
 MAX_LINES = 40
@@ -34,19 +35,55 @@ def _count(n: int | None, what: str) -> str | None:
     return None if n is None else f"{n:,} {what}"
 
 
+EFFECTIVE = "effective_outcome"
+"""Key of `attrs` where `show` puts the trajectory's effective outcome (see `outcomes`)."""
+
+
+def with_effective_outcome(
+    lake: Lake, record: CanonicalTrajectory, at: str | None
+) -> CanonicalTrajectory:
+    """A copy of the record whose attrs carry its effective outcome from the `outcomes` view:
+    `{resolved, reward, source}`, where source is `label:<source>` or what the rollout said."""
+    quoted = "'" + record.trajectory_id.replace("'", "''") + "'"
+    rows = lake.sql(
+        f"SELECT resolved, reward, outcome_source FROM outcomes WHERE trajectory_id = {quoted}",
+        at=at,
+    ).rows()
+    if not rows:
+        return record
+    resolved, reward, source = rows[0]
+    effective = {"resolved": resolved, "reward": reward, "source": source}
+    return record.model_copy(update={"attrs": {**(record.attrs or {}), EFFECTIVE: effective}})
+
+
+def _verdict(resolved: bool | None, reward: float | None, source: str | None) -> str:
+    return _join(
+        None if resolved is None else ("resolved" if resolved else "unresolved"),
+        None if reward is None else f"reward {reward:g}",
+        source and f"judged by {source}",
+    )
+
+
+def _outcome_rows(t: CanonicalTrajectory) -> list[tuple[str, str]]:
+    """The effective outcome (and the rollout's own when a label overrides it)."""
+    own = _verdict(t.resolved, t.reward, t.outcome_source)
+    effective = (t.attrs or {}).get(EFFECTIVE)
+    if not isinstance(effective, dict):
+        return [("outcome", _join(t.status, own))]
+    shown = _verdict(effective.get("resolved"), effective.get("reward"), effective.get("source"))
+    rows = [("outcome", _join(t.status, shown or "no verdict"))]
+    if own and own != shown:
+        rows.append(("recorded", own))
+    return rows
+
+
 def header_fields(t: CanonicalTrajectory) -> Iterator[tuple[str, str]]:
     """(label, value) lines of the header, skipping what the trajectory does not record."""
-    outcome = _join(
-        t.status,
-        None if t.resolved is None else ("resolved" if t.resolved else "unresolved"),
-        None if t.reward is None else f"reward {t.reward:g}",
-        t.outcome_source and f"judged by {t.outcome_source}",
-    )
     rows = [
         ("task", _join(t.task_id, t.task_source and f"({t.task_source})", sep=" ")),
         ("harness", _join(t.harness, t.harness_version, sep=" ")),
         ("model", t.policy_model or ""),
-        ("outcome", outcome),
+        *_outcome_rows(t),
         (
             "turns",
             _join(

@@ -1,7 +1,8 @@
 """The adapter contract: each source format turns a file into trajectories or bad records.
 
 An adapter never raises on bad data: it yields a `BadRecord` naming the line and field, and
-goes on with the rest of the file, so one broken record never costs the good ones.
+goes on with the rest of the file, so one broken record never costs the good ones. Lines are
+read with a length limit (`Limits.max_line_bytes`): an over-long line is passed, not held.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from typing import IO, Any, ClassVar, Protocol
 
 from pydantic import ValidationError
 
+from trajlake.ingest._limits import current_watch
+from trajlake.ingest._rows import unpaired_surrogate
 from trajlake.ingest._sources import SourceFile
 from trajlake.schema import CanonicalTrajectory
 
 RAW_LIMIT = 64 * 1024
 """Bytes of a bad record kept in `quarantine` (enough to debug, bounded for huge lines)."""
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -57,7 +61,12 @@ class Adapter(Protocol):
     # `line_records(source) -> bool` when that depends on the file.
 
     def sniff(self, source: SourceFile, head: bytes) -> float:
-        """Confidence in [0, 1] that the file is in this format, from its first bytes."""
+        """Confidence in [0, 1] that the file is in this format, from its first bytes.
+
+        An adapter may also take `keys: KeyStructure | None = None` (trajlake.ingest._keys):
+        when no adapter is sure from the head, detection streams the file's key structure
+        (top-level keys, short values, one level below) and asks those adapters again.
+        """
         ...
 
     def read(self, source: SourceFile, stream: IO[bytes]) -> Iterator[Parsed]:
@@ -76,6 +85,22 @@ class CompanionAware(Protocol):
     def companion_of(self, source: SourceFile, all_uris: frozenset[str]) -> str | None:
         """The URI of the file that reads `source` along with itself, if it is among `all_uris`."""
         ...
+
+
+def _non_finite(constant: str) -> None:
+    """NaN and ±Infinity are not JSON (an export would be invalid): read them as null."""
+    current_watch().non_finite_parsed += 1
+
+
+_DECODER = json.JSONDecoder(parse_constant=_non_finite)
+
+
+def loads(data: bytes | str) -> Any:
+    """`json.loads`, with NaN/Infinity read as null and counted on the current file watch
+    (the trajectory they end up in records how many in `attrs.trajlake_cleaned`)."""
+    if isinstance(data, bytes):
+        data = data.decode(json.detect_encoding(data))
+    return _DECODER.decode(data.removeprefix("\ufeff"))
 
 
 def stable_id(fmt: str, *parts: object) -> str:
@@ -108,44 +133,71 @@ def bounded(raw: bytes) -> tuple[bytes, int]:
 def iter_json_lines(stream: IO[bytes]) -> Iterator[tuple[int, int, bytes, Any | BadRecord]]:
     """(line number, byte offset, raw bytes, parsed object or BadRecord) for each non-blank line.
 
-    Each line is decoded on its own, so invalid UTF-8 or broken JSON costs only that line.
+    Each line is decoded on its own, so invalid UTF-8 or broken JSON costs only that line; a
+    line longer than `max_line_bytes` is passed without being held; a UTF-8 byte-order mark
+    before the first line is dropped; a line whose text holds half a UTF-16 surrogate pair is
+    a BadRecord.
     """
-    offset = 0
-    for number, raw in enumerate(stream, start=1):
+    limit = current_watch().limits.max_line_bytes
+    readline = getattr(stream, "readline", None)
+    if readline is None:  # an iterable of lines (an adapter put back a line it peeked at)
+        lines = iter(stream)
+        readline = lambda _size: next(lines, b"")  # noqa: E731
+    offset, number = 0, 0
+    while raw := readline(limit + 1):
+        number += 1
         start = offset
         offset += len(raw)
+        if len(raw) - raw.endswith(b"\n") > limit:
+            kept, size = raw[:RAW_LIMIT], len(raw)
+            if not raw.endswith(b"\n") and len(raw) == limit + 1:  # the rest is still unread
+                del raw
+                size += _pass_line(readline)
+            offset = start + size
+            error = f"line of {size} bytes is longer than max_line_bytes ({limit}): not parsed"
+            yield number, start, kept, BadRecord(error, number, start, None, kept, size)
+            continue
         stripped = raw.strip()
+        if start == 0 and stripped.startswith(_BOM):
+            stripped = stripped[len(_BOM) :].strip()
         if not stripped:
             continue
-        kept, size = bounded(stripped)
-        try:
-            text = stripped.decode("utf-8")
-        except UnicodeDecodeError as e:
-            yield (
-                number,
-                start,
-                stripped,
-                BadRecord(
-                    f"invalid UTF-8 at byte {e.start} of the line", number, start, None, kept, size
-                ),
-            )
-            continue
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as e:
-            truncated = " (truncated file?)" if not raw.endswith(b"\n") else ""
-            yield (
-                number,
-                start,
-                stripped,
-                BadRecord(
-                    f"malformed JSON: {e.msg} at column {e.colno}{truncated}",
-                    number,
-                    start,
-                    None,
-                    kept,
-                    size,
-                ),
-            )
-            continue
+        value = _parse_line(stripped, number, start, raw.endswith(b"\n"))
+        # A lone surrogate escape (`"\ud800"`) parses but cannot be written as UTF-8 (hashing,
+        # Arrow, Parquet). The line is quarantined like invalid UTF-8, not repaired: its raw
+        # bytes stay in `quarantine`, and no stored text differs from what the source said.
+        if not isinstance(value, BadRecord) and (why := unpaired_surrogate(stripped, value)):
+            kept, size = bounded(stripped)
+            value = BadRecord(why, number, start, None, kept, size)
         yield number, start, stripped, value
+
+
+def _pass_line(readline: Any) -> int:
+    """Read to the end of the current line in bounded pieces; the bytes passed."""
+    passed = 0
+    while piece := readline(1 << 20):
+        passed += len(piece)
+        if piece.endswith(b"\n"):
+            break
+    return passed
+
+
+def _parse_line(stripped: bytes, number: int, start: int, complete: bool) -> Any | BadRecord:
+    """The JSON value of one line, or the BadRecord saying why it has none."""
+    try:
+        text = stripped.decode("utf-8")
+    except UnicodeDecodeError as e:
+        kept, size = bounded(stripped)
+        error = f"invalid UTF-8 at byte {e.start} of the line"
+        return BadRecord(error, number, start, None, kept, size)
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError as e:
+        kept, size = bounded(stripped)
+        truncated = "" if complete else " (truncated file?)"
+        error = f"malformed JSON: {e.msg} at column {e.colno}{truncated}"
+        return BadRecord(error, number, start, None, kept, size)
+    except RecursionError:
+        kept, size = bounded(stripped)
+        error = "JSON nested too deeply to parse (more levels than the parser's recursion limit)"
+        return BadRecord(error, number, start, None, kept, size)

@@ -14,6 +14,8 @@ Decisions (documented here once, used by `claude_code`):
   from the message's last line (earlier lines carry partial output counts).
 - `prompt_tokens` is the whole input: `input_tokens + cache_creation_input_tokens +
   cache_read_input_tokens` (Anthropic reports them apart); `cached_tokens` is the cache read.
+- A failed Bash result starts `Exit code N`: that is its `exit_code`. Successful results state
+  none, so none is inferred.
 - `isMeta` user records (injected skill text, reminders, caveats) are kept as user messages with
   `attrs.is_meta`: the model saw them. A compaction summary is a user message with
   `attrs.is_compact_summary`.
@@ -25,6 +27,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +38,7 @@ from trajlake.ingest._values import parse_time
 MESSAGE_TYPES = frozenset({"user", "assistant"})
 _LEAF_TYPES = frozenset({"user", "assistant", "system"})
 _ATTR_TEXT_LIMIT = 200
+_EXIT_LINE = re.compile(r"Exit code (-?\d+)\b")
 
 
 @dataclass
@@ -180,6 +184,13 @@ def text_and_parts(content: object) -> tuple[str | None, list[dict[str, Any]] | 
     return text, ([{"type": "text", "text": text}] if text else []) + media
 
 
+def _exit_code(tool: str | None, text: str | None, failed: bool) -> int | None:
+    """A failed Bash result's exit code: Claude Code starts its text with `Exit code N`.
+    Successful results state no code (and background commands have none), so none is set."""
+    match = _EXIT_LINE.match(text or "") if failed and tool == "Bash" else None
+    return int(match.group(1)) if match else None
+
+
 def _usage(message: dict[str, Any], out: dict[str, Any]) -> None:
     usage = message.get("usage")
     if not isinstance(usage, dict):
@@ -295,14 +306,16 @@ class Converter:
             elif isinstance(result, str) and len(result) <= _ATTR_TEXT_LIMIT:
                 attrs["tool_use_result"] = result
             is_error = block.get("is_error")
+            tool = self._tool_names.get(call_id) if isinstance(call_id, str) else None
             self._new(
                 "tool",
                 rec,
                 content=text,
                 parts=parts,
                 tool_call_id=call_id,
-                name=self._tool_names.get(call_id) if isinstance(call_id, str) else None,
+                name=tool,
                 is_error=is_error if isinstance(is_error, bool) else None,
+                exit_code=_exit_code(tool, text, is_error is True),
                 attrs=attrs,
             )
         if others:

@@ -15,6 +15,7 @@ from typing import Any
 
 from trajlake.errors import LabelFormatError
 from trajlake.ingest._adapter import BadRecord, iter_json_lines
+from trajlake.ingest.harbor import is_trial_result
 
 Row = dict[str, Any]
 
@@ -73,7 +74,8 @@ def run_folder(uri: str, kind: str, trial_task: str | None = None) -> str | None
 
 
 def detect_kind(name: str, uri: str, text: str) -> str | None:
-    """The parser a label file needs: swebench, swebench-report, terminal-bench, jsonl, csv."""
+    """The parser a label file needs: swebench, swebench-report, terminal-bench, harbor, jsonl,
+    csv."""
     if name.endswith(".csv") or name.endswith(".tsv"):
         return "csv" if _csv_has_labels(text) else None
     if name.endswith(".jsonl"):
@@ -88,6 +90,8 @@ def detect_kind(name: str, uri: str, text: str) -> str | None:
 def _json_kind(data: Any) -> str | None:
     if not isinstance(data, dict):
         return None
+    if is_trial_result(data):
+        return "harbor"
     if isinstance(data.get("results"), list) and any(
         isinstance(r, dict) and "is_resolved" in r for r in data["results"]
     ):

@@ -272,6 +272,32 @@ def chat_tool_call(call: Any) -> dict[str, Any]:
     )
 
 
+# The keys of most chat messages: with text content these map without the general walk.
+_PLAIN_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+
+
+def _plain_chat_message(message: dict[str, Any], content: str | None) -> dict[str, Any]:
+    """`chat_message` for a message of `_PLAIN_KEYS` with text (or no) content: the same
+    dict, built without the part and reasoning walk (most messages of a chat dump)."""
+    raw_role = message.get("role")
+    role = _ROLES.get(raw_role, raw_role) if isinstance(raw_role, str) else raw_role
+    out: dict[str, Any] = {"role": role} if role is not None else {}
+    if content is not None:
+        out["content"] = content
+    calls = message.get("tool_calls")
+    if calls:
+        out["tool_calls"] = [chat_tool_call(c) for c in calls]
+    call_id = message.get("tool_call_id")
+    if call_id is not None:
+        out["tool_call_id"] = call_id
+    name = message.get("name")
+    if isinstance(name, str):
+        out["name"] = name
+    if role != raw_role:
+        out["attrs"] = {"role": raw_role}
+    return out
+
+
 def chat_message(message: Any) -> dict[str, Any]:
     """One OpenAI chat-completions message as a canonical message dict (no ids).
 
@@ -280,6 +306,10 @@ def chat_message(message: Any) -> dict[str, Any]:
     """
     if not isinstance(message, Mapping):
         return {"role": None, "attrs": {"value": message}}
+    if type(message) is dict and message.keys() <= _PLAIN_KEYS:
+        content = message.get("content")
+        if content is None or type(content) is str:
+            return _plain_chat_message(message, content)
     raw_role = message.get("role")
     role = _ROLES.get(raw_role, raw_role) if isinstance(raw_role, str) else raw_role
     content, parts, part_reasoning = content_fields(message.get("content"))

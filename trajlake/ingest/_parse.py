@@ -10,20 +10,37 @@ import io
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import pyarrow as pa
 
 from trajlake.errors import InvalidRecord
 from trajlake.ingest._adapter import BadRecord, Parsed, ParsedTrajectory
+from trajlake.ingest._contain import contain
+from trajlake.ingest._models import finish_model_fields
 from trajlake.ingest._registry import get_adapter
+from trajlake.ingest._rows import ParsedRow, RowFields, finish_row_models, redact_row
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest.redact import redact_trajectory
-from trajlake.records import rows_for_table, trajectories_to_tables
+from trajlake.ingest.redact import (
+    AllowList,
+    Redactor,
+    redact_bytes,
+    redact_text,
+    redact_trajectory,
+    redact_uri,
+)
+from trajlake.records import dict_rows, record_rows, rows_for_table, rows_to_tables
 from trajlake.schema import CanonicalTrajectory, Stage
 
 log = logging.getLogger(__name__)
 _RECORDS_PER_PART = 128
+# Formats whose adapters settle `policy_model` themselves (`finish_model_fields` last): the
+# pass is idempotent, so this only saves repeating it. Canonical records are the lake's own
+# data, stored as they were written; every other format is settled here.
+_MODELS_SETTLED = frozenset(
+    {"canonical", "atif", "claude-code", "codex", "inspect", "mini-swe-agent", "openhands"}
+    | {"responses", "swe-agent"}
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +54,23 @@ class Stamp:
     stage: Stage | None = None
     strict: bool = False
     redact: bool = True
+    redact_personal: bool = False
+    """Also replace personal data (e-mail addresses, phone numbers)."""
+    allow_list: AllowList | None = None
+    """Values never replaced (parsed once; pickled to workers with the stamp)."""
+    fast_path: bool = True
+    """Let adapters hand over plain row dicts where validation has nothing to do (the rows
+    are the same either way; off: every record goes through the record models)."""
+
+    def redactor(self) -> Redactor | None:
+        """A fresh redactor for one trajectory or one bad record; None without redaction."""
+        if not self.redact:
+            return None
+        return Redactor(personal=self.redact_personal, allow=self.allow_list)
+
+    def uri(self, uri: str) -> str:
+        """A source URL as stored and reported: its credentials replaced when redacting."""
+        return redact_uri(uri) if self.redact else uri
 
 
 @dataclass(frozen=True)
@@ -97,15 +131,19 @@ class _Range(io.RawIOBase):
         return len(data)
 
 
-def _items(task: ParseTask) -> Iterator[Parsed]:
+def _items(task: ParseTask, fast: bool = False) -> Iterator[Parsed | ParsedRow]:
     adapter = get_adapter(task.format)
     source = task.source
+    # Adapters with a row reader hand over plain dicts where validation has nothing to do.
+    read = getattr(adapter, "read_rows", None) if fast else None
+    read = read or adapter.read
     with source.open() as stream:
+        # contain(): bad records capped per file, unexpected errors and damage end the file.
         if task.end is None:
-            yield from adapter.read(source, stream)
+            yield from contain(read(source, stream))
             return
         window = io.BufferedReader(_Range(stream, task.start, task.end), 1 << 20)
-        for item in adapter.read(source, window):
+        for item in contain(read(source, window)):
             # Adapters count from the start of what they are given; make it the file's.
             if item.line is not None:
                 item.line += task.first_line - 1
@@ -117,6 +155,8 @@ def _items(task: ParseTask) -> Iterator[Parsed]:
 def _stamp(
     record: CanonicalTrajectory, parsed: ParsedTrajectory, task: ParseTask, stamp: Stamp
 ) -> None:
+    if task.format not in _MODELS_SETTLED and not isinstance(record, RowFields):
+        finish_model_fields(record)  # a row's are settled by `_stamp_row`, the same way
     if stamp.generation is not None:
         record.generation = stamp.generation
     if stamp.run_id is not None:
@@ -130,6 +170,7 @@ def _stamp(
         record.source_uri = task.uri
         record.source_line = parsed.line
         record.source_offset = parsed.offset
+    record.source_uri = stamp.uri(record.source_uri)
     if record.ingest_id is None:
         record.ingest_id = stamp.ingest_id
         record.ingested_at = stamp.now
@@ -138,57 +179,107 @@ def _stamp(
 def quarantine_row(task: ParseTask, bad: BadRecord, stamp: Stamp) -> dict[str, Any]:
     """The `quarantine` row of a bad record (id deterministic: re-ingest adds nothing)."""
     key = f"{task.uri}\0{bad.line}\0{bad.offset}\0".encode() + (bad.raw or b"")
+    raw, error, where = bad.raw, bad.error, bad.field
+    redactor = stamp.redactor()
+    if redactor is not None:  # one redactor: the error quoting the raw text shares its numbers
+        if raw is not None:
+            raw, _ = redact_bytes(raw, redactor)
+        (error, *rest), _ = redactor.redact_texts([error, *([where] if where else [])])
+        where = rest[0] if rest else where
     return {
         "quarantine_id": hashlib.sha256(key).hexdigest()[:32],
-        "source_uri": task.uri,
+        "source_uri": stamp.uri(task.uri),
         "line": bad.line,
         "offset": bad.offset,
         "source_format": task.format,
-        "field": bad.field,
-        "error": bad.error,
-        "raw": bad.raw,
+        "field": where,
+        "error": error,
+        "raw": raw,
         "raw_size": bad.raw_size,
         "ingest_id": stamp.ingest_id,
         "created_at": stamp.now,
     }
 
 
-def describe(uri: str, bad: BadRecord) -> str:
-    """`file:line: reason` for reports and errors."""
+def describe(uri: str, bad: BadRecord, stamp: Stamp | None = None) -> str:
+    """`file:line: reason` for reports and errors, redacted as the lake would store them
+    (without a `stamp`: credentials replaced, personal data kept)."""
+    if stamp is None or stamp.redact:
+        uri = redact_uri(uri)
     where = f"{uri}:{bad.line}" if bad.line is not None else uri
-    return f"{where}: {bad.error}"
+    error = bad.error
+    if stamp is None:
+        error, _ = redact_text(error)
+    elif (redactor := stamp.redactor()) is not None:
+        error, _ = redactor.redact_text(error)
+    return f"{where}: {error}"
+
+
+def _stamp_row(parsed: ParsedRow, task: ParseTask, stamp: Stamp) -> int:
+    """`_stamp` and redaction for a row dict; returns the replacements made."""
+    record = parsed.record
+    if task.format not in _MODELS_SETTLED:
+        finish_row_models(record)
+    _stamp(cast(CanonicalTrajectory, RowFields(record)), cast(Any, parsed), task, stamp)
+    found = 0
+    if (redactor := stamp.redactor()) is not None:
+        found = redact_row(record, redactor)
+    record["n_redactions"] = record.get("n_redactions", 0) + found
+    return found
+
+
+class _Rows:
+    """`trajectories` and `messages` rows of the records parsed since the last part."""
+
+    def __init__(self) -> None:
+        self.trajectories: list[dict[str, Any]] = []
+        self.messages: list[dict[str, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    def add(self, rows: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+        self.trajectories.append(rows[0])
+        self.messages.extend(rows[1])
+
+    def take(self) -> dict[str, pa.Table]:
+        tables = rows_to_tables(self.trajectories, self.messages)
+        self.trajectories, self.messages = [], []
+        return tables
 
 
 def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
     """Parse, stamp, redact and normalise one task's trajectories; quarantine bad records."""
-    redactor = redact_trajectory if stamp.redact else None
-    records: list[CanonicalTrajectory] = []
+    records = _Rows()
     parts: list[dict[str, pa.Table]] = []
     bad_rows: list[dict[str, Any]] = []
     chunk = ParsedChunk(tables={})
-    for item in _items(task):
+    for item in _items(task, stamp.fast_path):
         if len(records) >= _RECORDS_PER_PART:
             # Arrow holds a record in a fraction of the memory its Python objects take.
-            parts.append(trajectories_to_tables(records))
             chunk.trajectories += len(records)
-            records = []
+            parts.append(records.take())
         if isinstance(item, BadRecord):
-            message = describe(task.uri, item)
+            message = describe(task.uri, item, stamp)
             if stamp.strict:
                 raise InvalidRecord(message + " (without --strict it would be quarantined)")
             log.info("quarantined %s", message)
             chunk.problems.append(message)
             bad_rows.append(quarantine_row(task, item, stamp))
             continue
+        if isinstance(item, ParsedRow):
+            chunk.redactions += _stamp_row(item, task, stamp)
+            records.add(dict_rows(item.record))
+            continue
         _stamp(item.record, item, task, stamp)
-        if redactor is not None:
-            found = redactor(item.record)
+        if (redactor := stamp.redactor()) is not None:
+            found = redact_trajectory(item.record, redactor)
             item.record.n_redactions += found
             chunk.redactions += found
-        records.append(item.record)
-    if records:
-        parts.append(trajectories_to_tables(records))
+        records.add(record_rows(item.record))
+    if len(records):
         chunk.trajectories += len(records)
+        parts.append(records.take())
     chunk.quarantined = len(bad_rows)
     if parts:
         chunk.tables = {n: pa.concat_tables([p[n] for p in parts]) for n in parts[0]}

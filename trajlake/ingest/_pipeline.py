@@ -27,16 +27,21 @@ import pyarrow.compute as pc
 
 from trajlake._progress import NullProgress, Progress
 from trajlake.errors import FormatDetectionError
-from trajlake.ingest._adapter import Adapter
-from trajlake.ingest._parse import ParsedChunk, ParseTask, Stamp, parse_task
-from trajlake.ingest._registry import adapters, detect, get_adapter
+from trajlake.ingest._adapter import Adapter, BadRecord
+from trajlake.ingest._isolate import parse_contained, rejected_chunk
+from trajlake.ingest._limits import Limits
+from trajlake.ingest._parse import ParsedChunk, ParseTask, Stamp
+from trajlake.ingest._registry import adapters, classify, get_adapter
+from trajlake.ingest._run_ids import EXPLICIT_ID_FORMATS, scope_ids
 from trajlake.ingest._sources import SourceFile, expand_sources
+from trajlake.ingest.redact import AllowList, as_allow_list, redact_uri
 from trajlake.schema import Stage
 
 if TYPE_CHECKING:
     from trajlake.lake import Lake
 
 log = logging.getLogger(__name__)
+_EXAMPLES_PER_KIND = 20
 
 
 @dataclass
@@ -46,11 +51,20 @@ class IngestReport:
     ingest_id: str
     files: int = 0
     files_skipped: list[str] = field(default_factory=list)
+    skipped_by_reason: dict[str, list[str]] = field(default_factory=dict)
+    """Kind of non-trajectory file (`README/markdown/text`, `patches`, …) → the files skipped."""
     files_companion: int = 0
     formats: dict[str, int] = field(default_factory=dict)
     trajectories_read: int = 0
     added: int = 0
     duplicates: int = 0
+    """Trajectories not stored: same id and content, or an older version of a stored one."""
+    updated: int = 0
+    """Trajectories that replaced the stored version they extend (a session that grew)."""
+    conflicts: int = 0
+    """Trajectories whose id was taken by other messages, kept under `<id>~<hash8>`."""
+    identity_examples: list[dict[str, Any]] = field(default_factory=list)
+    """Some duplicates, updates and conflicts: kind, id, source `file:line`, what happened."""
     quarantined: int = 0
     redactions: int = 0
     bytes_read: int = 0
@@ -73,9 +87,16 @@ class IngestReport:
             "added": self.added,
             "duplicates": self.duplicates,
             "quarantined": self.quarantined,
+            "updated": self.updated,
+            "conflicts": self.conflicts,
+            "identity_examples": self.identity_examples,
             "redactions": self.redactions,
             "files": self.files,
             "files_skipped": self.files_skipped,
+            "skipped_by_reason": {
+                reason: {"count": len(uris), "examples": uris[:3]}
+                for reason, uris in sorted(self.skipped_by_reason.items())
+            },
             "files_companion": self.files_companion,
             "formats": self.formats,
             "trajectories_read": self.trajectories_read,
@@ -103,6 +124,10 @@ class IngestOptions:
     """Also commit once this much Arrow data is pending (long trajectories are big)."""
     redact: bool = True
     """Replace secrets with typed placeholders (trajlake.ingest.redact)."""
+    redact_personal: bool = False
+    """Also replace personal data (e-mail addresses, phone numbers); credentials only if not."""
+    allow_list: AllowList | str | os.PathLike[str] | None = None
+    """Values never redacted: an `AllowList`, or the path of an allow-list file."""
     dedupe_content: bool = False
     """Also skip trajectories whose content hash is stored (one rollout from two sources)."""
     workers: int | None = None
@@ -111,6 +136,25 @@ class IngestOptions:
     """Inputs smaller than this are parsed in-process: starting workers costs ~1 s."""
     chunk_bytes: int = 16 * 1024 * 1024
     """Big line-record files are split into line-aligned chunks of about this size."""
+    max_decompressed_bytes: int = Limits.max_decompressed_bytes
+    """A compressed file stops (quarantined) past this many decompressed bytes..."""
+    max_decompression_ratio: float = Limits.max_decompression_ratio
+    """...or past this multiple of its size on disk (floor 64 MiB): real trajectory files
+    compress 1–40×, bombs 1,000× and more (see `trajlake.ingest._limits.Limits`)."""
+    max_line_bytes: int = Limits.max_line_bytes
+    """A longer line is quarantined without being held in memory."""
+    max_bad_records: int = Limits.max_bad_records
+    """Bad records stored per file (or chunk); more are counted in one summary row, and a
+    file that is nearly all bad beyond this stops being read."""
+
+    def limits(self) -> Limits:
+        """The per-file limits these options set."""
+        return Limits(
+            max_decompressed_bytes=self.max_decompressed_bytes,
+            max_decompression_ratio=self.max_decompression_ratio,
+            max_line_bytes=self.max_line_bytes,
+            max_bad_records=self.max_bad_records,
+        )
 
 
 class _Committer:
@@ -125,12 +169,15 @@ class _Committer:
         self.pending: dict[str, list[pa.Table]] = {}
         self.trajectories = 0
 
-    def add(self, chunk: ParsedChunk) -> None:
+    def add(self, chunk: ParsedChunk, fmt: str | None = None) -> None:
         self.report.trajectories_read += chunk.trajectories
         self.report.quarantined += chunk.quarantined
         self.report.redactions += chunk.redactions
         self.report.problems.extend(chunk.problems)
-        for name, table in chunk.tables.items():
+        tables = chunk.tables
+        if self.options.run_id is not None and fmt not in EXPLICIT_ID_FORMATS:
+            tables = scope_ids(tables, self.options.run_id)  # runs that reuse ids stay apart
+        for name, table in tables.items():
             self.pending.setdefault(name, []).append(table)
         self.trajectories += chunk.trajectories
         while self.trajectories >= self.batch_size:
@@ -142,6 +189,7 @@ class _Committer:
         """The first `count` pending trajectories with their messages (and pending bad rows)."""
         tables = {n: pa.concat_tables(ts) for n, ts in self.pending.items()}
         trajectories = tables.pop("trajectories")
+        count = _whole_ids(trajectories.column("trajectory_id"), count)
         batch = {"trajectories": trajectories.slice(0, count), **tables}
         self.pending = {"trajectories": [trajectories.slice(count)]}
         messages = tables.get("messages")
@@ -160,9 +208,13 @@ class _Committer:
             operation="ingest",
             summary=summary,
             dedupe_content=self.options.dedupe_content,
+            on_conflict="fail" if self.options.strict else "keep",
         )
         self.report.added += result.added.get("trajectories", 0)
         self.report.duplicates += result.duplicates.get("trajectories", 0)
+        self.report.updated += result.updated.get("trajectories", 0)
+        self.report.conflicts += result.conflicts.get("trajectories", 0)
+        _keep_examples(self.report.identity_examples, result.examples)
         self.report.snapshot_id = result.snapshot_id
         self.report.commits += 1
 
@@ -171,6 +223,27 @@ class _Committer:
             self._commit({n: pa.concat_tables(ts) for n, ts in self.pending.items()})
         self.pending = {}
         self.trajectories = 0
+
+
+def _whole_ids(ids: pa.ChunkedArray, count: int) -> int:
+    """`count`, or more: every version of an id read twice goes into the same commit.
+
+    Messages are matched to trajectories by id, so two versions of one id (a file with a
+    session and its later copy) split across commits would take each other's messages.
+    """
+    while count < len(ids):
+        spill = pc.is_in(ids.slice(count), value_set=pc.unique(ids.slice(0, count)))
+        if not pc.any(spill).as_py():
+            return count
+        count += int(pc.max(pc.indices_nonzero(spill)).as_py()) + 1
+    return count
+
+
+def _keep_examples(kept: list[dict[str, Any]], new: Sequence[Any]) -> None:
+    """Add a commit's identity examples, at most `_EXAMPLES_PER_KIND` of each kind."""
+    for example in new:
+        if sum(1 for e in kept if e["kind"] == example.kind) < _EXAMPLES_PER_KIND:
+            kept.append(example.to_dict())
 
 
 def _is_companion(source: SourceFile, all_uris: frozenset[str]) -> bool:
@@ -182,25 +255,44 @@ def _is_companion(source: SourceFile, all_uris: frozenset[str]) -> bool:
 
 
 def _choose_adapters(
-    sources: Sequence[SourceFile], fmt: str, report: IngestReport
+    sources: Sequence[SourceFile],
+    fmt: str,
+    report: IngestReport,
+    limits: Limits | None = None,
+    rejected: list[tuple[ParseTask, BadRecord]] | None = None,
 ) -> list[tuple[SourceFile, Adapter]]:
+    """The files to parse with their adapters; files to quarantine whole go to `rejected`.
+
+    Files that hold no trajectory are skipped (counted by kind in the report); a single
+    input that is skipped is an error, since the user named it.
+    """
     all_uris = frozenset(s.uri for s in sources)
     chosen = []
+    rejected = [] if rejected is None else rejected
     for source in sources:
         if len(sources) > 1 and _is_companion(source, all_uris):
             report.files_companion += 1  # read together with the file it belongs to
             continue
-        if fmt != "auto":
+        if fmt != "auto" and source.problem is None:
             chosen.append((source, get_adapter(fmt)))
             continue
-        try:
-            chosen.append((source, detect(source)))
-        except FormatDetectionError as e:
-            if len(sources) == 1:
-                raise
-            report.files_skipped.append(source.uri)
-            log.info("skipping %s", e)
-    if not chosen:
+        found = classify(source, limits)
+        if found.adapter is not None:
+            chosen.append((source, found.adapter))
+        elif found.rejected is not None:
+            task = ParseTask(source.uri, source.size, source.storage_options, "unknown")
+            rejected.append((task, BadRecord(found.rejected)))
+        elif len(sources) == 1:
+            raise FormatDetectionError(
+                f"{source.uri}: cannot tell the trajectory format from its content "
+                f"({found.skipped}); pass --format with one of: {', '.join(adapters())}"
+            )
+        else:
+            uri = redact_uri(source.uri)
+            report.files_skipped.append(uri)
+            report.skipped_by_reason.setdefault(found.skipped or "unknown", []).append(uri)
+            log.info("skipping %s (%s)", uri, found.skipped)
+    if not chosen and not rejected:
         raise FormatDetectionError(
             f"none of the {len(sources)} input file(s) is in a known trajectory format; "
             "pass --format"
@@ -229,7 +321,9 @@ def _line_chunks(source: SourceFile, chunk_bytes: int) -> list[tuple[int, int, i
     return chunks
 
 
-def _tasks(plan: Sequence[tuple[SourceFile, Adapter]], chunk_bytes: int) -> list[ParseTask]:
+def _tasks(
+    plan: Sequence[tuple[SourceFile, Adapter]], chunk_bytes: int, workers: int = 1
+) -> list[ParseTask]:
     tasks = []
     for source, adapter in plan:
         line_records = getattr(adapter, "line_records", False)
@@ -241,18 +335,32 @@ def _tasks(plan: Sequence[tuple[SourceFile, Adapter]], chunk_bytes: int) -> list
         if not (splittable and big):
             tasks.append(base)
             continue
-        for start, end, first_line in _line_chunks(source, chunk_bytes):
+        size = _even_chunk(source, chunk_bytes, workers)
+        for start, end, first_line in _line_chunks(source, size):
             tasks.append(replace(base, start=start, end=end, first_line=first_line))
     return tasks
 
 
+def _even_chunk(source: SourceFile, chunk_bytes: int, workers: int) -> int:
+    """At most `chunk_bytes`, in chunks of one size and as many as a multiple of the workers,
+    so that no worker is left alone with a short tail while the others wait."""
+    size = source.size or 0
+    count = max(1, -(-size // chunk_bytes))
+    count += -count % max(workers, 1)
+    return max(1, -(-size // count))
+
+
 def _run_tasks(
-    tasks: Sequence[ParseTask], stamp: Stamp, workers: int
+    tasks: Sequence[ParseTask], stamp: Stamp, workers: int, limits: Limits
 ) -> Iterator[tuple[ParseTask, ParsedChunk]]:
-    """Results in task order; with workers, at most two tasks per worker are in flight."""
+    """Results in task order; with workers, at most two tasks per worker are in flight.
+
+    Each task runs contained (`parse_contained`): a file that cannot be read becomes a
+    quarantine row and the others go on.
+    """
     if workers <= 1 or len(tasks) <= 1:
         for task in tasks:
-            yield task, parse_task(task, stamp)
+            yield task, parse_contained(task, stamp, limits)
         return
     # spawn, not fork: the parent holds delta-rs and DuckDB thread pools that must not be forked.
     context = multiprocessing.get_context("spawn")
@@ -260,12 +368,14 @@ def _run_tasks(
         in_flight: deque[tuple[ParseTask, Future[ParsedChunk]]] = deque()
         queue = iter(tasks)
         for task in itertools.islice(queue, 2 * workers):
-            in_flight.append((task, pool.submit(parse_task, task, stamp)))
+            in_flight.append((task, pool.submit(parse_contained, task, stamp, limits)))
         while in_flight:
             task, future = in_flight.popleft()
             next_task = next(queue, None)
             if next_task is not None:
-                in_flight.append((next_task, pool.submit(parse_task, next_task, stamp)))
+                in_flight.append(
+                    (next_task, pool.submit(parse_contained, next_task, stamp, limits))
+                )
             yield task, future.result()
 
 
@@ -291,21 +401,28 @@ def ingest(
         options.stage,
         options.strict,
         options.redact,
+        options.redact_personal,
+        as_allow_list(options.allow_list),
     )
-    plan = _choose_adapters(expand_sources(inputs, storage_options), format, report)
+    sources = expand_sources(inputs, storage_options)
+    limits = options.limits()
+    rejected: list[tuple[ParseTask, BadRecord]] = []
+    plan = _choose_adapters(sources, format, report, limits, rejected)
     for source, adapter in plan:
         report.files += 1
         report.formats[adapter.name] = report.formats.get(adapter.name, 0) + 1
         report.bytes_read += source.size or 0
-    tasks = _tasks(plan, options.chunk_bytes)
     workers = options.workers or os.cpu_count() or 1
     if report.bytes_read < options.parallel_min_bytes:
         workers = 1
+    tasks = _tasks(plan, options.chunk_bytes, workers)
     committer = _Committer(lake, report, options)
+    if rejected:  # unreadable or unrecognised files: one quarantine row each
+        committer.add(rejected_chunk(rejected, stamp))
     progress.start("ingest", float(report.bytes_read))
     try:
-        for task, chunk in _run_tasks(tasks, stamp, workers):
-            committer.add(chunk)
+        for task, chunk in _run_tasks(tasks, stamp, workers, limits):
+            committer.add(chunk, task.format)
             progress.advance(task.length)
         committer.flush()
     finally:

@@ -1,10 +1,15 @@
-"""Input sources: paths, directories (recursive), globs and fsspec URLs, plain or compressed."""
+"""Input sources: paths, directories (recursive), globs and fsspec URLs, plain or compressed.
+
+A path that cannot be read as a file (a broken link, a FIFO, a socket) is kept with the reason,
+so the batch reports it instead of stopping on it; every opened source is guarded
+(`trajlake.ingest._limits`): damaged compressed data ends the data, a bomb stops at a limit.
+"""
 
 from __future__ import annotations
 
 import glob
-import io
 import os
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +19,7 @@ import fsspec
 from fsspec.utils import infer_compression
 
 from trajlake.errors import TrajlakeError
+from trajlake.ingest._limits import guard
 
 _SKIP_NAMES = {".DS_Store", ".gitignore", ".gitattributes", "LICENSE", "LICENSE.txt", "NOTICE"}
 _SKIP_DIRS = {".git", "__pycache__", "_trajlake", "_delta_log"}
@@ -26,6 +32,8 @@ class SourceFile:
     uri: str
     size: int | None
     storage_options: Mapping[str, Any] | None = None
+    problem: str | None = None
+    """Why the path cannot be read as a file (it is quarantined, never opened)."""
 
     @property
     def name(self) -> str:
@@ -43,12 +51,17 @@ class SourceFile:
 
     @contextmanager
     def open(self) -> Iterator[IO[bytes]]:
-        """Open for binary reading, decompressing by suffix (.gz, .zst, .bz2, .xz)."""
+        """Open for binary reading, decompressing by suffix (.gz, .zst, .bz2, .xz).
+
+        The stream is buffered (zstandard's reader alone cannot iterate lines) and guarded:
+        damaged data and the decompressed-size limit end it, recorded in the current watch.
+        """
+        if self.problem is not None:
+            raise OSError(f"{self.uri}: {self.problem}")
         compression = infer_compression(self.uri)
         options = self.storage_options or {}
         with fsspec.open(self.uri, "rb", compression=compression, **options) as f:
-            # zstandard's reader cannot iterate lines; a buffered wrapper can (and reads ahead).
-            yield io.BufferedReader(f, 1 << 20) if compression == "zstd" else f
+            yield guard(f, self.uri, self.size, compression is not None)
 
 
 def _walk_local(root: str) -> Iterator[str]:
@@ -63,12 +76,27 @@ def _walk_local(root: str) -> Iterator[str]:
 def _expand_local(path: str) -> list[str]:
     if any(ch in path for ch in "*?["):
         matches = sorted(glob.glob(path, recursive=True))
-        return [m for p in matches for m in ([p] if os.path.isfile(p) else list(_walk_local(p)))]
+        return [m for p in matches for m in (list(_walk_local(p)) if os.path.isdir(p) else [p])]
     if os.path.isdir(path):
         return list(_walk_local(path))
-    if os.path.isfile(path):
+    if os.path.lexists(path):  # a file, or a path that is no readable file: reported later
         return [path]
     raise TrajlakeError(f"input not found: {path!r}")
+
+
+def _local_source(path: str) -> SourceFile:
+    """A local file with its size, or with the reason it cannot be read as a file."""
+    uri = os.path.abspath(path)
+    try:
+        info = os.stat(path)
+    except OSError as e:
+        broken = os.path.islink(path)
+        reason = "broken symbolic link" if broken else "cannot read"
+        return SourceFile(uri, None, problem=f"{reason} ({e.strerror or e})")
+    if not stat.S_ISREG(info.st_mode):
+        kind = "FIFO" if stat.S_ISFIFO(info.st_mode) else "socket or device"
+        return SourceFile(uri, None, problem=f"not a regular file ({kind})")
+    return SourceFile(uri, info.st_size)
 
 
 def _expand_remote(url: str, storage_options: Mapping[str, Any] | None) -> list[SourceFile]:
@@ -102,9 +130,7 @@ def expand_sources(
             files = _expand_remote(text, storage_options)
         else:
             local = text.removeprefix("file://")
-            files = [
-                SourceFile(os.path.abspath(p), os.path.getsize(p)) for p in _expand_local(local)
-            ]
+            files = [_local_source(p) for p in _expand_local(local)]
         for f in files:
             if f.uri not in seen:
                 seen.add(f.uri)

@@ -10,7 +10,9 @@ when no step has metrics; `prompt_token_ids` (the whole prompt, every step) is n
 Files written by `trajlake export atif` carry the trajectory's own fields under
 `extra.trajlake` (id, task, outcome, tool error flags …); they are restored, so an export
 re-imports as the same trajectory. A `.jsonl` file with one ATIF object per line is read too.
-In Harbor the reward lives outside the trajectory (`result.json`), so plain ATIF has no outcome.
+In Harbor the reward lives outside the trajectory (`result.json`): a `trajectory.json` inside a
+Harbor trial folder gets its task, run, timing, status and outcome from the trial's files, and
+its native session is compared with it (see `harbor`); plain ATIF has no outcome.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from trajlake.ingest._adapter import (
     iter_json_lines,
     stable_id,
 )
+from trajlake.ingest._models import finish_model_fields
 from trajlake.ingest._openai_messages_parts import (
     as_number,
     content_fields,
@@ -41,6 +44,7 @@ from trajlake.ingest._openai_messages_parts import (
 )
 from trajlake.ingest._sources import SourceFile
 from trajlake.ingest._values import parse_time
+from trajlake.ingest.harbor import apply_trial, read_trial, trial_folder
 from trajlake.schema import CanonicalTrajectory
 
 TRAJLAKE_EXTRA = "trajlake"
@@ -103,13 +107,28 @@ class AtifAdapter:
         if isinstance(document, BadRecord):
             yield document
             return
-        yield _parsed(document, None, None, 0)
+        parsed = _parsed(document, None, None, 0)
+        if isinstance(parsed, ParsedTrajectory) and not _ours(document):
+            _with_trial(source, parsed.record)
+        yield parsed
+
+
+def _with_trial(source: SourceFile, record: CanonicalTrajectory) -> None:
+    """A Harbor trial's `agent/trajectory.json`: its task, run, outcome from the trial's files."""
+    if source.storage_options:
+        return  # remote trial folders need their options to be listed; read as plain ATIF
+    found = trial_folder(source.uri)
+    if found is not None:
+        apply_trial(record, read_trial(*found))
+        finish_model_fields(record)
 
 
 def _parsed(value: Any, raw: bytes | None, line: int | None, offset: int) -> Parsed:
     kept, size = bounded(raw if raw is not None else json.dumps(value, default=str).encode())
     try:
         record = CanonicalTrajectory.model_validate(_record(value))
+        if not _ours(value):  # trajlake's own exports restore their fields as they were
+            finish_model_fields(record)
     except ValidationError as e:
         return bad_from_validation(e, line=line, offset=offset, raw=kept, raw_size=size)
     except (ValueError, TypeError) as e:
@@ -298,6 +317,8 @@ def _record(doc: Any) -> dict[str, Any]:
     costs = [c for c in step_costs if c is not None]
     attrs = {
         "session_id": session,
+        # The native session of the same rollout carries this id too (Claude Code `sessionId`).
+        "rollout_key": session,
         "schema_version": version,
         "notes": doc.get("notes"),
         "agent_extra": agent.get("extra") or None,

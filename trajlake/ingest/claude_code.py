@@ -6,6 +6,8 @@ compaction subagents (`agent-acompact-*`) are threads of rewritten history whose
 (everything before the summary request) is flagged `is_copied_context`. A subagent file given
 without its session file is a trajectory of its own (`is_subagent`, `parent_trajectory_id` = the
 session's id); in a directory that holds the session file, it is a companion and is skipped.
+A session inside a Harbor trial folder is the companion of the trial's ATIF trajectory (see
+`harbor`); both carry the session id as `attrs.rollout_key`.
 
 `system`, `progress`, `file-history-snapshot`, `queue-operation` and `summary` records are not
 messages; they are counted in attrs (summary titles are kept). How records become messages is
@@ -36,8 +38,10 @@ from trajlake.ingest._adapter import (
     stable_id,
 )
 from trajlake.ingest._claude_code_parts import MESSAGE_TYPES, Converter, Rec, check, main_line
+from trajlake.ingest._models import finish_model_fields
 from trajlake.ingest._sources import SourceFile
 from trajlake.ingest._values import parse_time
+from trajlake.ingest.harbor import is_native_session
 from trajlake.schema import CanonicalTrajectory
 
 _SUBAGENT = re.compile(r"^(?P<session>.*)/(?P<sid>[^/]+)/subagents/(?P<agent>agent-[^/]+)\.jsonl$")
@@ -198,7 +202,11 @@ class ClaudeCodeAdapter:
         return 0.0
 
     def companion_of(self, source: SourceFile, all_uris: frozenset[str]) -> str | None:
-        """A subagent transcript is read by its session file, when that file is present."""
+        """A subagent transcript is read by its session file, and a session inside a Harbor
+        trial by the trial's ATIF `agent/trajectory.json`, when that file is present."""
+        trial = is_native_session(source.uri)
+        if trial is not None and trial in all_uris:
+            return trial
         match = _SUBAGENT.match(source.uri)
         if match is None:
             return None
@@ -252,6 +260,8 @@ class ClaudeCodeAdapter:
         if subagents:
             attrs["subagents"] = subagents
         session = attrs.get("session_id")
+        if session:  # Harbor's ATIF trajectory of this session has it as its `session_id`
+            attrs["rollout_key"] = session
         data = self._trajectory(loaded, messages, attrs)
         data["trajectory_id"] = stable_id(self.name, session or loaded.digest)
         return data, bad
@@ -311,6 +321,6 @@ class ClaudeCodeAdapter:
     @staticmethod
     def _validated(data: dict[str, Any]) -> Parsed:
         try:
-            return ParsedTrajectory(CanonicalTrajectory.model_validate(data))
+            return ParsedTrajectory(finish_model_fields(CanonicalTrajectory.model_validate(data)))
         except ValidationError as e:
             return bad_from_validation(e)

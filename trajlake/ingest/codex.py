@@ -45,6 +45,7 @@ from trajlake.ingest._adapter import (
     stable_id,
 )
 from trajlake.ingest._codex_parts import Rollout
+from trajlake.ingest._models import finish_model_fields
 from trajlake.ingest._sources import SourceFile
 from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
@@ -135,6 +136,7 @@ class _Reader:
         for key in ("cached_input_tokens", "reasoning_output_tokens"):
             attrs[key] = total.get(key)
         session = meta.get("id")
+        attrs["rollout_key"] = session  # Harbor's ATIF of this rollout has it as `session_id`
         return {
             "trajectory_id": stable_id("codex", session or self.sha.hexdigest()),
             "harness": "codex",
@@ -197,6 +199,7 @@ class CodexAdapter:
             yield BadRecord("no session_meta and no response items: not a Codex rollout")
             return
         try:
-            yield ParsedTrajectory(CanonicalTrajectory.model_validate(reader.trajectory()))
+            record = CanonicalTrajectory.model_validate(reader.trajectory())
+            yield ParsedTrajectory(finish_model_fields(record))
         except ValidationError as e:
             yield bad_from_validation(e)

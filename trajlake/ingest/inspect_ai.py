@@ -37,6 +37,7 @@ from trajlake.ingest._inspect_ai_parts import (
     resolve,
     status,
 )
+from trajlake.ingest._models import finish_model_fields
 from trajlake.ingest._openai_messages_parts import (
     content_fields,
     drop_none,
@@ -161,9 +162,8 @@ def _read_eval(stream: IO[bytes]) -> Iterator[Parsed]:
 
 def _parsed(log: Mapping[str, Any], sample: Any, index: int, member: str | None) -> Parsed:
     try:
-        return ParsedTrajectory(
-            CanonicalTrajectory.model_validate(_record(log, sample)), None, index
-        )
+        record = CanonicalTrajectory.model_validate(_record(log, sample))
+        return ParsedTrajectory(finish_model_fields(record), None, index)
     except ValidationError as e:
         kept, size = raw_json(sample)
         bad = bad_from_validation(e, offset=index, raw=kept, raw_size=size)

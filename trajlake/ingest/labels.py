@@ -1,8 +1,10 @@
 """Labels: verifier outcomes joined to trajectories after the fact, stored in the `labels` table.
 
 Formats: SWE-bench `results.json` (report v1 `resolved` or v2 `resolved_ids`), the harness's
-per-instance `report.json`, sb-cli reports, Terminal-Bench run and trial `results.json`, and plain
-JSONL/CSV of `trajectory_id` or `task_id` (+ `run_id`) with `resolved` and/or `reward`.
+per-instance `report.json`, sb-cli reports, Terminal-Bench run and trial `results.json`, Harbor
+trial `result.json` (`verifier_result.rewards`, else `verifier/reward.txt`/`reward.json`; matched
+to the trial's ATIF trajectory by id, see `harbor`), and plain JSONL/CSV of `trajectory_id` or
+`task_id` (+ `run_id`) with `resolved` and/or `reward`.
 
 Matching: by trajectory id when the source gives one, else by task id + run id. The run id is
 the `run_id` argument, else the run folder the file sits in (`<run>/results/results.json`,
@@ -45,6 +47,9 @@ from trajlake.ingest._labels_parts import (
     run_folder,
 )
 from trajlake.ingest._sources import SourceFile, expand_sources
+from trajlake.ingest.harbor import is_trial_result
+from trajlake.ingest.harbor import label_rows as harbor_label_rows
+from trajlake.ingest.redact import Redactor, redact_json, redact_uri
 from trajlake.records import rows_for_table
 from trajlake.schema import Label
 
@@ -54,7 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LabelFormat = Literal[
-    "auto", "swebench", "swebench-report", "sb-cli", "terminal-bench", "jsonl", "csv"
+    "auto", "swebench", "swebench-report", "sb-cli", "terminal-bench", "harbor", "jsonl", "csv"
 ]
 LABEL_FORMATS: tuple[str, ...] = get_args(LabelFormat)[1:]
 """Label formats accepted by `format` (besides 'auto')."""
@@ -165,6 +170,10 @@ def _parse(kind: str, text: str, uri: str, run_id: str | None, out: _Read) -> It
     elif kind == "swebench-report":
         dirs, _ = path_dirs(uri)
         yield from parse_swebench_report(data, run, dirs[-1] if dirs else None)
+    elif kind == "harbor":
+        if not is_trial_result(data):
+            raise LabelFormatError("not a Harbor trial result (needs 'trial_name' and rewards)")
+        yield from harbor_label_rows(uri, data, run_id)
     else:
         trial = data.get("task_id") if isinstance(data, dict) and "results" not in data else None
         if run_id is None and isinstance(trial, str):
@@ -203,7 +212,10 @@ def _read_file(source: SourceFile, fmt: str, run_id: str | None, single: bool, o
     except LabelFormatError as e:
         raise LabelFormatError(f"{source.uri}: {e}") from e
     for row in rows:
-        row = {**row, "source": row.get("source") or name_of_source, "source_uri": source.uri}
+        uri = redact_uri(source.uri)  # a presigned or token URL names the file, not its keys
+        row = {**row, "source": row.get("source") or name_of_source, "source_uri": uri}
+        if row.get("details"):  # free text (a judge's reasons, extra CSV columns)
+            row["details"] = redact_json(row["details"], Redactor())[0]
         try:
             label = Label.model_validate({"label_id": "", **row})
         except ValidationError as e:

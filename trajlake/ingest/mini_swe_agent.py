@@ -10,6 +10,9 @@ are a format error: no tool call, and the harness's error message is not paired.
 
 v1 per-call data comes from `extra.response` (the raw litellm response): model, usage (prompt,
 completion, cached and reasoning tokens), finish reason, reasoning text and the `created` time.
+The trajectory's `started_at`/`ended_at` are its first and last message times (`created`, or a
+message's own `extra.timestamp`); an instance id shaped `owner__repo-N` gives `task_source`
+'swe-bench'; `policy_model` is normalised (see `_models`).
 `info.exit_status` is an exception name: `Submitted` → completed, `LimitsExceeded` and context
 overflows → truncated, timeouts → timeout, other exceptions → error. The old list format has no
 `info`: the submission is the output of the final submit command, when there is one.
@@ -33,11 +36,15 @@ from trajlake.ingest._adapter import (
     ParsedTrajectory,
     bad_from_validation,
     bounded,
+    loads,
     stable_id,
 )
+from trajlake.ingest._keys import KeyStructure
+from trajlake.ingest._models import finish_model_fields, task_source_of
 from trajlake.ingest._sources import SourceFile
 from trajlake.ingest._swe_agent_parts import number_messages
 from trajlake.ingest._values import as_int as _int
+from trajlake.ingest._values import parse_time
 from trajlake.ingest.swe_agent import run_id_from_path
 from trajlake.schema import CanonicalTrajectory, Message, Status, ToolCall
 
@@ -97,7 +104,11 @@ def _apply_response(message: Message, response: Any) -> None:
     reasoning = reply.get("reasoning") or reply.get("reasoning_content")
     message.reasoning = reasoning if isinstance(reasoning, str) and reasoning else None
     created = response.get("created")
-    if isinstance(created, (int, float)) and not isinstance(created, bool):
+    if (
+        message.timestamp is None
+        and isinstance(created, (int, float))
+        and not isinstance(created, bool)
+    ):
         message.timestamp = dt.datetime.fromtimestamp(created, tz=dt.timezone.utc)
     attrs = {k: response[k] for k in ("id", "provider") if response.get(k)}
     if usage.get("cost") is not None:
@@ -132,6 +143,9 @@ def _messages(entries: list[Any]) -> list[Message]:
             {"trajectory_id": "", "idx": 0, "role": entry.get("role"), "content": content,
              "attrs": other or None}
         )  # fmt: skip
+        # A per-message `extra.timestamp` (unix seconds or ISO), where a version writes one,
+        # beats the response's `created` (when the call started, not when it answered).
+        message.timestamp = parse_time(extra.get("timestamp"))
         if message.role == "assistant":
             _apply_response(message, extra.get("response"))
             actions = _ACTION.findall(content or "")
@@ -208,14 +222,17 @@ def build_record(source: SourceFile, data: Any, raw: bytes) -> CanonicalTrajecto
     submission = _submission_of_list(messages) if is_list else info.get("submission")
     version = info.get("mini_version")
     model_name = _dig(info, "config", "model", "model_name")
-    first_model = next((m.model for m in messages if m.model), None)
-    return CanonicalTrajectory.model_validate(
+    stamps = [m.timestamp for m in messages if m.timestamp is not None]
+    record = CanonicalTrajectory.model_validate(
         dict(
             trajectory_id=stable_id(_HARNESS, task_id, hashlib.sha256(raw).hexdigest()),
             task_id=task_id,
+            task_source=task_source_of(task_id),
             harness=_HARNESS,
             harness_version=str(version) if version else None,
-            policy_model=str(model_name) if model_name else first_model,
+            policy_model=str(model_name) if model_name else None,
+            started_at=min(stamps) if stamps else None,
+            ended_at=max(stamps) if stamps else None,
             run_id=run_id_from_path(source.uri, task_id),
             status=exit_status_to_status(exit_text if isinstance(exit_text, str) else None),
             exit_reason=str(exit_text) if exit_text else None,
@@ -229,6 +246,23 @@ def build_record(source: SourceFile, data: Any, raw: bytes) -> CanonicalTrajecto
             messages=messages,
         )
     )
+    return finish_model_fields(record)
+
+
+def _sniff_keys(source: SourceFile, keys: KeyStructure) -> float:
+    shape = keys.shape
+    if keys.container == "array":
+        named = source.name.endswith(".traj.json")
+        return 0.9 if named and {"role", "content"} <= set(shape.keys) else 0.0
+    tag = shape.values.get("trajectory_format")
+    if isinstance(tag, str):
+        return 1.0 if tag == _FORMAT_V1 else 0.0
+    info = shape.children.get("info")
+    version = info.values.get("mini_version") if info is not None else None
+    if isinstance(version, str) and shape.kinds.get("messages") == "array":
+        return 0.95 if version.startswith("1") else 0.0
+    looks = "info" in shape.keys and shape.kinds.get("messages") == "array"
+    return 0.6 if looks and source.name.endswith(".traj.json") else 0.0
 
 
 class MiniSweAgentAdapter:
@@ -237,8 +271,14 @@ class MiniSweAgentAdapter:
     name: ClassVar[str] = "mini-swe-agent"
     description: ClassVar[str] = "*.traj.json — mini-swe-agent trajectories (v1 and old list)"
 
-    def sniff(self, source: SourceFile, head: bytes) -> float:
-        """Sure for the v1 format tag or `mini_version`; old lists by name and action fences."""
+    def sniff(self, source: SourceFile, head: bytes, keys: KeyStructure | None = None) -> float:
+        """Sure for the v1 format tag or `mini_version`; old lists by name and action fences.
+
+        With the streamed `keys` (the tag is written last, after a patch and all messages,
+        so often beyond the head): the top-level `trajectory_format` or `info.mini_version`.
+        """
+        if keys is not None:
+            return _sniff_keys(source, keys)
         start = head.lstrip()[:1]
         tag = re.search(rb'"trajectory_format"\s*:\s*"([^"]*)"', head)
         if start == b"{":
@@ -260,7 +300,7 @@ class MiniSweAgentAdapter:
         raw = stream.read()
         kept, size = bounded(raw)
         try:
-            data = json.loads(raw)
+            data = loads(raw)  # NaN/Infinity read as null (and noted)
         except (UnicodeDecodeError, ValueError) as e:
             yield BadRecord(f"not a JSON document: {e}", None, None, None, kept, size)
             return

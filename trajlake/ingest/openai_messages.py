@@ -35,6 +35,7 @@ from trajlake.ingest._openai_messages_parts import (
     media_part,
     name_tool_results,
 )
+from trajlake.ingest._rows import ParsedRow, plain_chat_record
 from trajlake.ingest._sources import SourceFile
 from trajlake.schema import CanonicalTrajectory, Message
 
@@ -88,6 +89,8 @@ class OpenAIMessagesAdapter:
         "*.jsonl — OpenAI chat conversations {messages, tools, metadata} per line "
         "(Hugging Face microsoft/Orchard layout included)"
     )
+    line_records: ClassVar[bool] = True
+    """Every line is a whole conversation: big files can be parsed in chunks."""
 
     def sniff(self, source: SourceFile, head: bytes) -> float:
         """Sure when the first line is a chat conversation that is not a canonical line."""
@@ -104,19 +107,32 @@ class OpenAIMessagesAdapter:
 
     def read(self, source: SourceFile, stream: IO[bytes]) -> Iterator[Parsed]:
         """One trajectory per line; a line that does not map or validate becomes a BadRecord."""
+        for item in self._read(stream, fast=False):
+            assert not isinstance(item, ParsedRow)
+            yield item
+
+    def read_rows(self, source: SourceFile, stream: IO[bytes]) -> Iterator[ParsedRow | Parsed]:
+        """As `read`, but lines whose mapping needs no validation come as plain `ParsedRow`s."""
+        return self._read(stream, fast=True)
+
+    def _read(self, stream: IO[bytes], fast: bool) -> Iterator[ParsedRow | Parsed]:
         for line, offset, raw, value in iter_json_lines(stream):
             if isinstance(value, BadRecord):
                 yield value
                 continue
-            kept, size = bounded(raw)
             try:
                 record = _record(value)
             except (ValueError, TypeError) as e:
+                kept, size = bounded(raw)
                 yield BadRecord(str(e), line, offset, None, kept, size)
+                continue
+            if fast and plain_chat_record(record):
+                yield ParsedRow(record, line=line, offset=offset)
                 continue
             try:
                 parsed = CanonicalTrajectory.model_validate(record)
             except ValidationError as e:
+                kept, size = bounded(raw)
                 yield bad_from_validation(e, line=line, offset=offset, raw=kept, raw_size=size)
                 continue
             yield ParsedTrajectory(parsed, line=line, offset=offset)

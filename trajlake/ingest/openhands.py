@@ -37,6 +37,7 @@ from trajlake.ingest._adapter import (
     iter_json_lines,
     stable_id,
 )
+from trajlake.ingest._models import finish_model_fields, task_source_of
 from trajlake.ingest._openhands_parts import EventConverter, EventSummary
 from trajlake.ingest._sources import SourceFile
 from trajlake.ingest._values import parse_time
@@ -149,7 +150,7 @@ def _eval_record(obj: dict[str, Any]) -> dict[str, Any]:
     record.update(
         trajectory_id=stable_id("openhands", "eval", task_id, out_dir, metadata.get("start_time")),
         task_id=task_id,
-        task_source=metadata.get("dataset"),
+        task_source=metadata.get("dataset") or task_source_of(task_id),
         policy_model=llm.get("model") or summary.model,
         run_id=posixpath.basename(out_dir.rstrip("/")) if isinstance(out_dir, str) else None,
         started_at=parse_time(metadata.get("start_time")) or summary.started,
@@ -337,7 +338,7 @@ class OpenHandsAdapter:
         resolver = isinstance(value.get("issue"), dict) and "instance_id" not in value
         try:
             data = _resolver_record(value, raw) if resolver else _eval_record(value)
-            record = CanonicalTrajectory.model_validate(data)
+            record = finish_model_fields(CanonicalTrajectory.model_validate(data))
         except ValidationError as e:
             return bad_from_validation(e, **where)
         except _READ_ERRORS as e:
@@ -386,7 +387,8 @@ class OpenHandsAdapter:
     @staticmethod
     def _validated(build: Callable[[], dict[str, Any]], kept: bytes, size: int) -> Parsed:
         try:
-            return ParsedTrajectory(CanonicalTrajectory.model_validate(build()))
+            record = CanonicalTrajectory.model_validate(build())
+            return ParsedTrajectory(finish_model_fields(record))
         except ValidationError as e:
             return bad_from_validation(e, raw=kept, raw_size=size)
         except _READ_ERRORS as e:

@@ -36,6 +36,7 @@ from trajlake.ingest._adapter import (
     iter_json_lines,
     stable_id,
 )
+from trajlake.ingest._models import finish_model_fields
 from trajlake.ingest._openai_messages_parts import (
     as_number,
     content_fields,
@@ -89,7 +90,9 @@ class ResponsesAdapter:
                 continue
             kept, size = bounded(raw)
             try:
-                parsed = CanonicalTrajectory.model_validate(_record(value, env, binary))
+                parsed = finish_model_fields(
+                    CanonicalTrajectory.model_validate(_record(value, env, binary))
+                )
             except ValidationError as e:
                 yield bad_from_validation(e, line=line, offset=offset, raw=kept, raw_size=size)
                 continue
@@ -108,7 +111,7 @@ def _binary_rewards(stream: IO[bytes]) -> bool | None:
     for raw in stream:
         try:
             value = json.loads(raw) if raw.strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):
             continue  # reported by the real pass
         reward = value.get("reward") if isinstance(value, dict) else None
         if reward is not None and as_number(reward) not in (0.0, 1.0):

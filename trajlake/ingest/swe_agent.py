@@ -40,8 +40,11 @@ from trajlake.ingest._adapter import (
     ParsedTrajectory,
     bad_from_validation,
     bounded,
+    loads,
     stable_id,
 )
+from trajlake.ingest._keys import KeyStructure
+from trajlake.ingest._models import finish_model_fields, task_source_of
 from trajlake.ingest._sources import SourceFile
 from trajlake.ingest._swe_agent_parts import (
     content_and_parts,
@@ -309,10 +312,11 @@ def build_record(source: SourceFile, data: dict[str, Any], raw: bytes) -> Canoni
     cost, prompt, completion = _usage(info.get("model_stats"))
     submission = info.get("submission")
     version = info.get("swe_agent_version")
-    return CanonicalTrajectory.model_validate(
+    record = CanonicalTrajectory.model_validate(
         dict(
             trajectory_id=stable_id(_HARNESS, task_id, hashlib.sha256(raw).hexdigest()),
             task_id=task_id,
+            task_source=task_source_of(task_id),
             harness=_HARNESS,
             harness_version=str(version) if version else None,
             policy_model=_model_name(config),
@@ -327,6 +331,7 @@ def build_record(source: SourceFile, data: dict[str, Any], raw: bytes) -> Canoni
             messages=_messages(data),
         )
     )
+    return finish_model_fields(record)
 
 
 class SweAgentAdapter:
@@ -335,8 +340,13 @@ class SweAgentAdapter:
     name: ClassVar[str] = "swe-agent"
     description: ClassVar[str] = "*.traj — SWE-agent trajectories (0.x and 1.x)"
 
-    def sniff(self, source: SourceFile, head: bytes) -> float:
-        """Sure for a `.traj` JSON object with `history` or `trajectory` steps."""
+    def sniff(self, source: SourceFile, head: bytes, keys: KeyStructure | None = None) -> float:
+        """Sure for a `.traj` JSON object with `history` or `trajectory` steps (judged by
+        the streamed top-level `keys` when given: long values can push them past the head)."""
+        if keys is not None:
+            lists = {k for k, kind in keys.shape.kinds.items() if kind == "array"}
+            named = source.name.endswith(".traj") and keys.container == "object"
+            return 1.0 if named and lists & {"history", "trajectory"} else 0.0
         if not head.lstrip().startswith(b"{"):
             return 0.0
         steps = re.search(rb'"trajectory"\s*:\s*\[', head) is not None
@@ -352,7 +362,7 @@ class SweAgentAdapter:
         raw = stream.read()
         kept, size = bounded(raw)
         try:
-            data = json.loads(raw)
+            data = loads(raw)  # NaN/Infinity read as null (and noted)
         except (UnicodeDecodeError, ValueError) as e:
             yield BadRecord(f"not a JSON document: {e}", None, None, None, kept, size)
             return

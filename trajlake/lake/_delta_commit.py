@@ -67,12 +67,13 @@ class DataFile:
         }
 
 
-def remove_action(path: str, size: int | None) -> dict[str, Any]:
-    """A Delta `remove` action that keeps the data (compaction: `dataChange` false)."""
+def remove_action(path: str, size: int | None, *, data_change: bool = False) -> dict[str, Any]:
+    """A Delta `remove` action: compaction keeps the rows (`dataChange` false), the rewrite
+    of an update takes some out (true). The file itself stays for older versions."""
     action: dict[str, Any] = {
         "path": path,
         "deletionTimestamp": int(time.time() * 1000),
-        "dataChange": False,
+        "dataChange": data_change,
         "extendedFileMetadata": True,
         "partitionValues": {},
     }

@@ -12,7 +12,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 import pyarrow as pa
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from trajlake.export.sft import SftExportReport
     from trajlake.ingest import IngestReport
     from trajlake.ingest.labels import LabelFormat, LabelReport
+    from trajlake.ingest.redact import AllowList
     from trajlake.lake._maintain import MaintenanceReport
     from trajlake.lake._validate import ValidationReport
     from trajlake.lake._writer import BufferedWriter
@@ -243,16 +244,27 @@ class Lake:
         operation: str = "append",
         summary: Mapping[str, Any] | None = None,
         dedupe_content: bool = False,
+        on_conflict: Literal["keep", "fail"] = "keep",
     ) -> CommitResult:
         """Append rows to several tables in one snapshot: all of them become visible or none.
 
         Rows whose key is already stored are dropped (re-ingest is a no-op); messages follow
-        their trajectories. With `dedupe_content`, a trajectory whose content hash is already
-        stored is dropped too (the same rollout from another source). When nothing is new,
-        no snapshot is created.
+        their trajectories. A trajectory whose id is stored is a duplicate when its content
+        hash (or its messages) are the same, an update when its messages extend the stored
+        ones (the stored rows are replaced; older snapshots keep them), and a conflict
+        otherwise: kept under `<id>~<hash8>` with `attrs.id_conflict_of`, or with
+        `on_conflict="fail"` a TrajectoryIdConflict before anything is written. With
+        `dedupe_content`, a new trajectory whose content hash is already stored is dropped
+        too (the same rollout from another source). When nothing is new, no snapshot is
+        created.
         """
         result = commit_tables(
-            self._journal(), tables, operation=operation, summary=summary, dedupe=dedupe_content
+            self._journal(),
+            tables,
+            operation=operation,
+            summary=summary,
+            dedupe=dedupe_content,
+            on_conflict=on_conflict,
         )
         if result.snapshot_id == result.previous_id:
             return result
@@ -312,10 +324,12 @@ class Lake:
         operation: str = "write",
         summary: Mapping[str, Any] | None = None,
         dedupe_content: bool = False,
+        on_conflict: Literal["keep", "fail"] = "keep",
     ) -> CommitResult:
         """Store canonical trajectories (records or dicts) with their messages in one commit.
 
-        With `dedupe_content`, trajectories whose content hash is already stored are skipped.
+        Taken ids are duplicates, updates or conflicts as in `commit`. With `dedupe_content`,
+        trajectories whose content hash is already stored are skipped.
         """
         records = [
             t if isinstance(t, CanonicalTrajectory) else CanonicalTrajectory.model_validate(t)
@@ -323,7 +337,11 @@ class Lake:
         ]
         tables = trajectories_to_tables(records)
         return self.commit(
-            tables, operation=operation, summary=summary, dedupe_content=dedupe_content
+            tables,
+            operation=operation,
+            summary=summary,
+            dedupe_content=dedupe_content,
+            on_conflict=on_conflict,
         )
 
     def ingest(
@@ -337,6 +355,8 @@ class Lake:
         strict: bool = False,
         batch_size: int = 1000,
         redact: bool = True,
+        redact_personal: bool = False,
+        allow_list: str | os.PathLike[str] | AllowList | None = None,
         dedupe_content: bool = False,
         workers: int | None = None,
         labels: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
@@ -348,10 +368,16 @@ class Lake:
         Args:
             inputs: one input or several.
             format: a format name (`trajlake.ingest.format_names()`) or 'auto' (by content).
-            generation, run_id, stage: set on every ingested trajectory.
-            strict: raise on the first bad record instead of quarantining it.
+            generation, run_id, stage: set on every ingested trajectory; `run_id` also
+                scopes every id (`<id>@<run_id>`), so runs that reuse rollout ids stay apart.
+            strict: raise on the first bad record instead of quarantining it, and on a
+                trajectory id taken by other messages (checked per commit, before it is
+                written) instead of keeping it under a derived id.
             batch_size: trajectories per commit (memory stays bounded by it).
             redact: replace secrets with typed placeholders (`<SECRET:openai_key:1>`).
+            redact_personal: also replace personal data (e-mail addresses, phone numbers).
+            allow_list: values never redacted: an allow-list file (see docs/redaction.md) or
+                a `trajlake.ingest.redact.AllowList`.
             dedupe_content: also skip trajectories whose content hash is already stored
                 (the same rollout from two sources; off by default because distinct samples
                 can share their text — the `duplicates` view lists such groups).
@@ -371,6 +397,8 @@ class Lake:
             strict=strict,
             batch_size=batch_size,
             redact=redact,
+            redact_personal=redact_personal,
+            allow_list=allow_list,
             dedupe_content=dedupe_content,
             workers=workers,
         )

@@ -7,17 +7,26 @@ commit lock, so each append's new version is known exactly.
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from trajlake.errors import LakeCorrupt, NoSuchTable, SchemaMismatch, SnapshotExpired
-from trajlake.lake._delta_commit import DataFile, commit_actions, write_data_files
+from trajlake.lake._delta_commit import (
+    DataFile,
+    commit_actions,
+    remove_action,
+    write_data_files,
+)
 from trajlake.lake._storage import LakeLocation
 from trajlake.schema import TABLES, table_schema
 
@@ -26,6 +35,32 @@ TABLE_CONFIGURATION = {
     "delta.enableExpiredLogCleanup": "false",
     "delta.checkpointInterval": "100",
 }
+
+
+def read_parquet(
+    location: LakeLocation,
+    uris: Sequence[str],
+    columns: Sequence[str] | None = None,
+    filters: pc.Expression | None = None,
+) -> pa.Table:
+    """Read data files of the lake (local or on an object store) as one Arrow table."""
+    cols = list(columns) if columns is not None else None
+    if location.is_local:
+        return pq.read_table(list(uris), columns=cols, filters=filters)
+    fs = location.filesystem()
+    paths = [u.split("://", 1)[1] for u in uris]
+    return pq.read_table(paths, columns=cols, filters=filters, filesystem=fs)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """What replacing the rows of some trajectories did to one table."""
+
+    version: int
+    files: list[DataFile]
+    """Files added: the rewritten survivors of touched files, then the new rows."""
+    removed: pa.Table
+    """The rows taken out (their keys leave the key cache)."""
 
 
 def validate_table_name(name: str) -> str:
@@ -69,7 +104,25 @@ class TableChanges:
     removed: set[str] = field(default_factory=set)
     """Files removed, whether their rows went too or moved (compaction)."""
     data_removed: bool = False
-    """Some commit removed rows (restore, delete): cached keys must be rebuilt."""
+    """Some commit removed rows (restore, an update's rewrite): cached keys must change."""
+    events: list[tuple[bool, str]] = field(default_factory=list)
+    """(added?, path) of every action that changed rows, in commit order."""
+
+    def net_data_changes(self) -> tuple[list[str], list[str]]:
+        """(files whose rows arrived, files whose rows left) between the two versions.
+
+        A file removed and re-added in between (a restore undoing an update) changed
+        nothing; actions without a data change (compaction) never count.
+        """
+        first: dict[str, bool] = {}
+        last: dict[str, bool] = {}
+        for added, path in self.events:
+            first.setdefault(path, added)
+            last[path] = added
+        # A file whose first action is a removal was live before; its last action says after.
+        arrived = [p for p, a in last.items() if a and first[p]]
+        left = [p for p, a in last.items() if not a and not first[p]]
+        return arrived, left
 
 
 class TableStore:
@@ -150,6 +203,111 @@ class TableStore:
         )
         return version, files
 
+    def files_holding(self, name: str, version: int, ids: Collection[str]) -> list[tuple[str, int]]:
+        """(path, size) of the files at `version` whose `trajectory_id` range covers an id.
+
+        Decided on the per-file statistics of the Delta log (the lake writes exact min/max of
+        ids up to 64 characters); a file without them is always a candidate.
+        """
+        handle = self.handle(name)
+        dt = handle if int(handle.version()) == version else self.at_version(name, version)
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if actions.num_rows == 0:
+            return []
+        paths = actions.column("path").to_pylist()
+        sizes = actions.column("size_bytes").to_pylist()
+        names = actions.column_names
+        lows = (
+            actions.column("min.trajectory_id").to_pylist()
+            if "min.trajectory_id" in names
+            else None
+        )
+        highs = (
+            actions.column("max.trajectory_id").to_pylist()
+            if "max.trajectory_id" in names
+            else None
+        )
+        wanted = sorted(ids)
+        out = []
+        for i, path in enumerate(paths):
+            low = lows[i] if lows is not None else None
+            high = highs[i] if highs is not None else None
+            if low is not None and high is not None:
+                at = bisect.bisect_left(wanted, low)
+                if at == len(wanted) or wanted[at] > high:
+                    continue
+            out.append((unquote(path), int(sizes[i])))
+        return out
+
+    def rows_of(
+        self, name: str, version: int, ids: Collection[str], columns: Sequence[str]
+    ) -> pa.Table:
+        """The rows of some trajectories at `version` (only files that may hold them are read)."""
+        files = [self.data_uri(name, p) for p, _ in self.files_holding(name, version, ids)]
+        schema = table_schema(name)
+        if not files or not ids:
+            return schema.empty_table().select(list(columns))
+        wanted = pc.field("trajectory_id").isin(pa.array(sorted(ids), pa.string()))
+        return read_parquet(self.location, files, columns, wanted)
+
+    def replace(
+        self,
+        name: str,
+        ids: Collection[str],
+        data: pa.Table,
+        *,
+        commit_id: str,
+        next_version: int,
+        target_file_bytes: int,
+    ) -> Replacement | None:
+        """Copy-on-write: take the rows of `ids` out and add `data`, in one Delta commit.
+
+        Files holding those rows are removed and their other rows written again into new
+        files; nothing is deleted from storage, so older versions keep reading the old rows.
+        Under the lock. None when there was nothing to change.
+        """
+        data = check_schema(name, data)
+        value_set = pa.array(sorted(ids), pa.string())
+        removes: list[dict[str, object]] = []
+        files: list[DataFile] = []
+        removed: list[pa.Table] = []
+        for path, size in self.files_holding(name, next_version - 1, ids):
+            uri = self.data_uri(name, path)
+            held = read_parquet(self.location, [uri], ["trajectory_id"]).column("trajectory_id")
+            if not pc.any(pc.is_in(held, value_set=value_set)).as_py():
+                continue  # the statistics' range covers an id, the file does not hold it
+            rows = read_parquet(self.location, [uri])
+            hit = pc.is_in(rows.column("trajectory_id"), value_set=value_set)
+            removed.append(rows.filter(hit))
+            rest = check_schema(name, rows.filter(pc.invert(hit)))
+            removes.append(remove_action(path, size, data_change=True))
+            if rest.num_rows:
+                files += write_data_files(
+                    self.location, name, rest, target_file_bytes=target_file_bytes
+                )
+        if data.num_rows:
+            files += write_data_files(
+                self.location, name, data, target_file_bytes=target_file_bytes
+            )
+        if not removes and not files:
+            return None
+        version = commit_actions(
+            self.location,
+            name,
+            next_version,
+            [*removes, *(f.add_action() for f in files)],
+            operation="WRITE",
+            commit_id=commit_id,
+            blind_append=False,
+        )
+        schema = table_schema(name)
+        gone = (
+            pa.concat_tables([check_schema(name, r) for r in removed])
+            if removed
+            else schema.empty_table()
+        )
+        return Replacement(version, files, gone)
+
     def restore(self, name: str, version: int) -> int:
         """Undo versions past `version` (a crashed writer's orphans); return the new version."""
         dt = self.handle(name)
@@ -204,9 +362,13 @@ class TableStore:
                 action = json.loads(line) if line.strip() else {}
                 if "add" in action and action["add"].get("dataChange", True):
                     out.data_added.append(unquote(action["add"]["path"]))
+                    out.events.append((True, out.data_added[-1]))
                 if "remove" in action:
-                    out.removed.add(unquote(action["remove"]["path"]))
-                    out.data_removed |= bool(action["remove"].get("dataChange", True))
+                    path = unquote(action["remove"]["path"])
+                    out.removed.add(path)
+                    if action["remove"].get("dataChange", True):
+                        out.data_removed = True
+                        out.events.append((False, path))
         return out
 
     def data_uri(self, name: str, relative_path: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
+import json
 import logging
 import os
 import threading
@@ -18,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trajlake.ingest.redact import Redactor, redact_trajectory
+from trajlake.ingest.redact import AllowList, Redactor, redact_json, redact_trajectory
 from trajlake.proxy.spool import Spool, SpoolError, replay
 from trajlake.records import rows_for_table, trajectories_to_tables
 from trajlake.schema import CanonicalTrajectory
@@ -48,11 +49,23 @@ class CallTicket:
 @dataclass
 class _Rollout:
     rollout_id: str
+    redactor: Redactor
     meta: dict[str, Any] = field(default_factory=dict)
     calls: list[dict[str, Any]] = field(default_factory=list)
     outcome: dict[str, Any] | None = None
     next_seq: int = 0
     inflight: int = 0
+    redacted: dict[str, str] = field(default_factory=dict)
+    """Original → redacted text of every string redacted so far: a request repeats the
+    history, which is then redacted once and reads the same in every spooled call."""
+    redactions: int = 0
+    """Replacements made before spooling (each distinct text counted once)."""
+
+    def redact(self, value: Any) -> Any:
+        """A redacted copy of a request, response or outcome (the original is forwarded)."""
+        copy, found = redact_json(value, self.redactor, self.redacted)
+        self.redactions += found
+        return copy
 
 
 class Recorder:
@@ -70,6 +83,11 @@ class Recorder:
         run_id: Names the rollouts of calls that carry no rollout id.
         rotate_bytes: Once the spool file is this large and everything in it is committed,
             the spool continues in a new file and the old one is deleted.
+        redact_personal: Also replace personal data (e-mail addresses, phone numbers).
+        allow_list: Values never redacted.
+
+    Requests, responses, errors and outcomes are redacted before they are spooled, so the
+    spool holds no secret in clear either (placeholders numbered per rollout, as in the lake).
     """
 
     def __init__(
@@ -82,10 +100,13 @@ class Recorder:
         fsync: bool = False,
         run_id: str | None = None,
         rotate_bytes: int = 64 * 2**20,
+        redact_personal: bool = False,
+        allow_list: AllowList | None = None,
     ) -> None:
         if batch_size < 1 or max_seconds <= 0:
             raise ValueError("batch_size must be >= 1 and max_seconds > 0")
         self.lake = lake
+        self._redact_personal, self._allow_list = redact_personal, allow_list
         self.spool = Spool(spool_dir, fsync=fsync)
         self._rotate_bytes = rotate_bytes
         self._committer = Committer(
@@ -109,7 +130,11 @@ class Recorder:
         for r in pending:
             records = sorted(r.calls.values(), key=lambda c: int(c.get("seq", 0)))
             meta = dict(records[-1].get("meta") or {}) if records else {}
-            state = _Rollout(r.rollout_id, meta, records, r.outcome)
+            state = _Rollout(r.rollout_id, self._redactor(), meta, records, r.outcome)
+            # New secrets of a restored rollout are numbered after those already spooled.
+            state.redactions = state.redactor.reserve(
+                [json.dumps([records, r.outcome], default=str)]
+            )
             state.next_seq = 1 + max((int(c.get("seq", 0)) for c in records), default=-1)
             if r.finished:
                 self._closed.add(r.rollout_id)
@@ -147,6 +172,15 @@ class Recorder:
             **self._committer.stats(),
         }
 
+    def _redactor(self) -> Redactor:
+        return Redactor(personal=self._redact_personal, allow=self._allow_list)
+
+    def _state(self, rollout_id: str) -> _Rollout:
+        state = self._rollouts.get(rollout_id)
+        if state is None:
+            state = self._rollouts[rollout_id] = _Rollout(rollout_id, self._redactor())
+        return state
+
     # ------------------------------------------------------------------ calls
 
     def auto_rollout_id(self) -> str:
@@ -160,9 +194,7 @@ class Recorder:
 
     def begin_call(self, rollout_id: str, meta: Mapping[str, Any]) -> CallTicket:
         """Register a call arriving for `rollout_id`; tags in `meta` fill the rollout's gaps."""
-        state = self._rollouts.get(rollout_id)
-        if state is None:
-            state = self._rollouts[rollout_id] = _Rollout(rollout_id)
+        state = self._state(rollout_id)
         for key in META_KEYS:
             if state.meta.get(key) is None and meta.get(key) is not None:
                 state.meta[key] = meta[key]
@@ -186,7 +218,7 @@ class Recorder:
         """Spool and keep a completed (or failed) call; call before its last byte is sent."""
         state = self._rollouts.get(ticket.rollout_id)
         if state is None:  # finished while the call was in flight
-            state = self._rollouts[ticket.rollout_id] = _Rollout(ticket.rollout_id)
+            state = self._state(ticket.rollout_id)
         else:
             state.inflight = max(0, state.inflight - 1)
         record = {
@@ -198,12 +230,12 @@ class Recorder:
             "endpoint": endpoint,
             "stream": stream,
             "status_code": status_code,
-            "error": error,
+            "error": state.redact(error),
             "started_at": ticket.started_at.isoformat(),
             "latency_ms": (time.perf_counter() - ticket.started) * 1000.0,
             "meta": state.meta,
-            "request": request,
-            "response": response,
+            "request": state.redact(request),
+            "response": state.redact(response),
         }
         self._spool(record)
         state.calls.append(record)
@@ -223,10 +255,8 @@ class Recorder:
 
     def set_outcome(self, rollout_id: str, outcome: Mapping[str, Any]) -> None:
         """Attach {resolved?, reward?, details?} to a rollout (a later post replaces it)."""
-        state = self._rollouts.get(rollout_id)
-        if state is None:
-            state = self._rollouts[rollout_id] = _Rollout(rollout_id)
-        state.outcome = dict(outcome)
+        state = self._state(rollout_id)
+        state.outcome = state.redact(dict(outcome))
         self._spool({"kind": "outcome", "rollout_id": rollout_id, "outcome": state.outcome})
 
     def has_calls(self, rollout_id: str) -> bool:
@@ -254,7 +284,13 @@ class Recorder:
     @staticmethod
     def _finished(state: _Rollout, status: str | None) -> FinishedRollout:
         return FinishedRollout(
-            state.rollout_id, dict(state.meta), state.calls, state.outcome, status
+            state.rollout_id,
+            dict(state.meta),
+            state.calls,
+            state.outcome,
+            status,
+            state.redactor,
+            state.redactions,
         )
 
     def open_rollouts(self) -> list[str]:
@@ -281,6 +317,11 @@ class FinishedRollout:
     calls: list[dict[str, Any]]
     outcome: dict[str, Any] | None
     status: str | None
+    redactor: Redactor | None = None
+    """The rollout's redactor, which redacted its spooled calls: what it learnt (a password
+    found by its key name) is applied to the whole rollout at commit."""
+    redactions: int = 0
+    """Replacements already made in the spooled calls."""
 
 
 def _recorded_call(record: Mapping[str, Any]) -> RecordedCall:
@@ -369,8 +410,9 @@ def build_rollout(item: FinishedRollout) -> tuple[CanonicalTrajectory, list[dict
     )
     trajectory, rows = reconstruct(meta, calls)
     rows = [dict(r) for r in rows]
-    redactor = Redactor()  # one per rollout: messages and calls share placeholder numbers
-    found = redact_trajectory(trajectory, redactor)
+    # One per rollout: messages and calls share placeholder numbers with the spooled calls.
+    redactor = item.redactor or Redactor()
+    found = item.redactions + redact_trajectory(trajectory, redactor)
     found += _redact_rows(rows, redactor)
     trajectory.n_redactions += found
     return trajectory, rows

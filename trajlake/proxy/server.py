@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from aiohttp import web
     from aiohttp.typedefs import Handler
 
+    from trajlake.ingest.redact import AllowList
     from trajlake.lake._lake import Lake
 
 __all__ = ["ProxyThread", "create_proxy_app", "default_spool_dir", "require_aiohttp", "run_proxy"]
@@ -307,6 +308,8 @@ def run_proxy(
     batch_size: int = 64,
     commit_seconds: float = 1.0,
     fsync: bool = False,
+    redact_personal: bool = False,
+    allow_list: AllowList | None = None,
     ready: Callable[[str, int], None] | None = None,
     stop: threading.Event | None = None,
 ) -> None:
@@ -329,6 +332,9 @@ def run_proxy(
         commit_seconds: How long a finished rollout waits for others to share its commit.
         fsync: fsync every spooled line (power-loss safe; without it a killed process still
             loses nothing already answered).
+        redact_personal: also redact personal data (e-mail addresses, phone numbers); secrets
+            are always redacted, in the lake and in the spool.
+        allow_list: values never redacted.
         ready: Called as `ready(host, port)` once the proxy is listening.
         stop: Set it (from any thread) to shut the proxy down.
 
@@ -343,7 +349,14 @@ def run_proxy(
     options = _Options(upstream, host, port, token, meta, timeout_s)
     upstream_root(upstream)  # fail before replaying anything
     with _recorder(
-        lake, spool_dir, run_id, batch_size=batch_size, max_seconds=commit_seconds, fsync=fsync
+        lake,
+        spool_dir,
+        run_id,
+        batch_size=batch_size,
+        max_seconds=commit_seconds,
+        fsync=fsync,
+        redact_personal=redact_personal,
+        allow_list=allow_list,
     ) as recorder:
         asyncio.run(_serve(recorder, options, ready, stop))
 
@@ -400,6 +413,8 @@ class ProxyThread:
         upstream_root(upstream)
         commit = {"batch_size": options.get("batch_size", 64)}
         commit["max_seconds"] = options.get("commit_seconds", 1.0)
+        commit["redact_personal"] = options.get("redact_personal", False)
+        commit["allow_list"] = options.get("allow_list")
         self.recorder = _recorder(lake, spool_dir, meta["run_id"], **commit)
         self.url = ""
         self._stop = threading.Event()
