@@ -22,9 +22,9 @@ from trajlake.ingest.redact import (
     AllowList,
     Finding,
     Redactor,
-    _json_slots,
     as_allow_list,
     family,
+    json_slots,
     redact_uri,
     trajectory_texts,
 )
@@ -120,14 +120,14 @@ def _field_names(record: CanonicalTrajectory) -> Iterator[str]:
             if call.arguments is not None:
                 yield f"{where}.tool_calls[{j}].arguments"
         if message.attrs:
-            yield from (f"{where}.attrs" for _ in _json_slots(message.attrs))
+            yield from (f"{where}.attrs" for _ in json_slots(message.attrs))
     for name in ("final_output", "exit_reason"):
         if getattr(record, name) is not None:
             yield name
     for name in ("attrs", "tools"):
         value = getattr(record, name)
         if value:
-            yield from (name for _ in _json_slots(value))
+            yield from (name for _ in json_slots(value))
 
 
 def _one_line(text: str) -> str:

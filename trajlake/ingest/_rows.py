@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from trajlake.ingest._models import finish_model_fields
-from trajlake.ingest.redact import Redactor
+from trajlake.ingest.redact import Redactor, json_slots
 from trajlake.schema import CanonicalTrajectory
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -172,32 +172,7 @@ def plain_chat_record(record: dict[str, Any]) -> bool:
     return isinstance(messages, list) and all(_plain_message(m) for m in messages)
 
 
-# A slot is a place that holds a string: (dict, key) or (list, index).
-_Slot = tuple[Any, Any]
-
-
-def _json_slots(value: Any) -> Iterator[_Slot]:
-    """Every string inside a JSON-like value (dicts and lists, nested), depth first."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        items: Iterable[tuple[Any, Any]]
-        if isinstance(node, dict):
-            items = node.items()
-        elif isinstance(node, list):
-            items = enumerate(node)
-        else:
-            continue
-        children = []
-        for key, item in items:
-            if isinstance(item, str):
-                yield node, key
-            elif isinstance(item, (dict, list)):
-                children.append(item)
-        stack.extend(reversed(children))
-
-
-def _row_slots(record: dict[str, Any]) -> Iterator[_Slot]:
+def _row_slots(record: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
     """The free-text places of a row trajectory, in the order `redact_trajectory` scans."""
     for m in record["messages"]:
         if m.get("content") is not None:
@@ -211,18 +186,18 @@ def _row_slots(record: dict[str, Any]) -> Iterator[_Slot]:
             if call.get("arguments") is not None:
                 yield call, "arguments"
         if m.get("attrs"):
-            yield from _json_slots(m["attrs"])
+            yield from json_slots(m["attrs"])
     for name in ("final_output", "exit_reason"):
         if record.get(name) is not None:
             yield record, name
     if record.get("attrs"):
-        yield from _json_slots(record["attrs"])
+        yield from json_slots(record["attrs"])
     if record.get("tools"):
-        yield from _json_slots(record["tools"])
+        yield from json_slots(record["tools"])
 
 
 def _json_texts(value: Any, out: list[str]) -> None:
-    """Append the strings of a JSON-like value to `out` in `_json_slots` order."""
+    """Append the strings of a JSON-like value to `out` in `json_slots` order."""
     stack = [value]
     while stack:
         node = stack.pop()

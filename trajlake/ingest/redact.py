@@ -317,8 +317,11 @@ def redact_bytes(raw: bytes, redactor: Redactor) -> tuple[bytes, int]:
 _Slot = tuple[Any, Any]
 
 
-def _json_slots(value: Any) -> Iterator[_Slot]:
-    """Every string inside a JSON-like value (dicts and lists, nested), depth first."""
+def json_slots(value: Any) -> Iterator[_Slot]:
+    """Every string inside a JSON-like value (dicts and lists, nested), depth first.
+
+    The order is the order redaction numbers placeholders in; row-based paths use it too.
+    """
     stack = [value]
     while stack:
         node = stack.pop()
@@ -360,7 +363,7 @@ def redact_json(
     if not isinstance(value, (str, dict, list, tuple)):
         return value, 0
     holder: Any = [value] if isinstance(value, str) else _copy_json(value)
-    slots = list(_json_slots(holder))
+    slots = list(json_slots(holder))
     texts = [h[k] for h, k in slots]
     todo = texts if cache is None else list(dict.fromkeys(t for t in texts if t not in cache))
     new_texts, count = redactor.redact_texts(todo)
@@ -389,14 +392,14 @@ def _text_slots(record: CanonicalTrajectory) -> Iterator[_Slot]:
             if call.arguments is not None:
                 yield call, "arguments"
         if message.attrs:
-            yield from _json_slots(message.attrs)
+            yield from json_slots(message.attrs)
     for name in ("final_output", "exit_reason"):
         if getattr(record, name) is not None:
             yield record, name
     if record.attrs:
-        yield from _json_slots(record.attrs)
+        yield from json_slots(record.attrs)
     if record.tools:
-        yield from _json_slots(record.tools)
+        yield from json_slots(record.tools)
 
 
 def _get(slot: _Slot) -> str:
