@@ -30,8 +30,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 import trajlake as tl
 from trajlake.ingest import detect, expand_sources
 from trajlake.sample import sample_trajectory
@@ -220,8 +218,12 @@ def _cpu_seconds() -> float:
 
 def _child_ingest(path: Path, lake_dir: Path, redact: bool = True) -> None:
     """Ingest in a fresh process so its peak RSS belongs to this run alone."""
+    # The library is imported before the clock starts, as DuckDB's is in its child.
+    import trajlake.ingest._pipeline  # noqa: F401
+
+    open_lake = tl.open_lake
     start = time.perf_counter()
-    report = tl.open_lake(lake_dir, create=True).ingest(path, redact=redact)
+    report = open_lake(lake_dir, create=True).ingest(path, redact=redact)
     seconds = time.perf_counter() - start
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -240,6 +242,10 @@ def _child_ingest(path: Path, lake_dir: Path, redact: bool = True) -> None:
 
 def _child_duckdb(path: Path, out: Path) -> None:
     """DuckDB's raw JSON load of the same file, written as zstd Parquet, in a fresh process."""
+    # Imported here, not at the top: ingest workers re-import this script, and DuckDB is no
+    # part of what they do.
+    import duckdb
+
     start = time.perf_counter()
     con = duckdb.connect()
     con.execute(

@@ -52,8 +52,12 @@ def _table_invocations() -> list[list[str]]:
 def _resolve(words: list[str]) -> tuple[click.Command, list[str]]:
     command: click.Command = cli
     rest = list(words)
-    while isinstance(command, click.Group) and rest and rest[0] in command.commands:
-        command = command.commands[rest.pop(0)]
+    ctx = click.Context(cli)  # commands are loaded on first use: ask the group, not its dict
+    while isinstance(command, click.Group) and rest:
+        sub = command.get_command(ctx, rest[0])
+        if sub is None:
+            break
+        command, rest = sub, rest[1:]
     return command, rest
 
 

@@ -4,34 +4,82 @@
 at any snapshot or tag, and export them. Heavy dependencies (torch) are never imported here.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-from trajlake.errors import TrajlakeError
-from trajlake.lake import (
-    BufferedWriter,
-    CommitResult,
-    Lake,
-    MaintenanceReport,
-    Snapshot,
-    Tag,
-    ValidationReport,
-    init_lake,
-    open_lake,
-)
-from trajlake.query import QueryResult, QuerySession
-from trajlake.schema import (
-    SCHEMA_VERSION,
-    CanonicalTrajectory,
-    ContentPart,
-    Message,
-    ToolCall,
-    Trajectory,
-)
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trajlake.errors import TrajlakeError
+    from trajlake.lake import (
+        BufferedWriter,
+        CommitResult,
+        Lake,
+        MaintenanceReport,
+        Snapshot,
+        Tag,
+        ValidationReport,
+        init_lake,
+        open_lake,
+    )
+    from trajlake.query import QueryResult, QuerySession
+    from trajlake.schema import (
+        SCHEMA_VERSION,
+        CanonicalTrajectory,
+        ContentPart,
+        Message,
+        ToolCall,
+        Trajectory,
+    )
 
 try:
     __version__ = version("trajlake")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
+
+# Names are imported on first use: ingest workers import `trajlake.ingest` modules, which
+# would otherwise pay for the lake layer (delta-rs, DuckDB, pandas) in every process.
+_LAZY = {
+    "TrajlakeError": "trajlake.errors",
+    **dict.fromkeys(
+        [
+            "BufferedWriter",
+            "CommitResult",
+            "Lake",
+            "MaintenanceReport",
+            "Snapshot",
+            "Tag",
+            "ValidationReport",
+            "init_lake",
+            "open_lake",
+        ],
+        "trajlake.lake",
+    ),
+    **dict.fromkeys(["QueryResult", "QuerySession"], "trajlake.query"),
+    **dict.fromkeys(
+        ["SCHEMA_VERSION", "CanonicalTrajectory", "ContentPart", "Message"],
+        "trajlake.schema",
+    ),
+    **dict.fromkeys(
+        ["ToolCall", "Trajectory"],
+        "trajlake.schema",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trajlake' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "SCHEMA_VERSION",

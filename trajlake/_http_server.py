@@ -1,6 +1,6 @@
 """Running an aiohttp application until asked to stop: shared by `trajlake serve` and the
-recording proxy (bind checks, SIGTERM, stopping from another thread). aiohttp is imported by
-the callers, lazily."""
+recording proxy (bind checks, SIGTERM, stopping from another thread, the `ServerLimits` of
+`trajlake._http_limits` on every connection and request). aiohttp is imported lazily."""
 
 from __future__ import annotations
 
@@ -9,8 +9,13 @@ import contextlib
 import ipaddress
 import signal
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from trajlake._http_limits import ConnectionGuard, ServerLimits, limits_middleware
+
+_BACKLOG = 1024  # bursts of connections (many clients starting at once) are queued, not reset
 
 
 def is_loopback(host: str) -> bool:
@@ -29,6 +34,24 @@ def check_port(port: Any) -> None:
         raise ValueError(f"port must be an integer in 0..65535, got {port!r}")
 
 
+# Each application's limits, for serve_until_stopped (aiohttp's AppKey cannot be made lazily:
+# it reads the module from the stack and fails outside an import).
+_LIMITS: weakref.WeakKeyDictionary[Any, ServerLimits] = weakref.WeakKeyDictionary()
+
+
+def limited_application(limits: ServerLimits, middlewares: Sequence[Any] = ()) -> Any:
+    """A `web.Application` that enforces `limits`: body size, in-flight bounds, JSON errors
+    (its middleware comes first); `serve_until_stopped` takes the connection limits from it."""
+    from aiohttp import web
+
+    app = web.Application(
+        client_max_size=limits.max_body_bytes,
+        middlewares=[limits_middleware(limits), *middlewares],
+    )
+    _LIMITS[app] = limits
+    return app
+
+
 async def serve_until_stopped(
     app: Any,
     host: str,
@@ -41,19 +64,33 @@ async def serve_until_stopped(
     """Serve `app` on host:port until SIGTERM (on the main thread), Ctrl-C or `stop` is set.
 
     `ready(host, port)` is called once listening, with the real port when `port` is 0.
-    Requests in flight get a few seconds to finish on shutdown; then they are cancelled.
+    Connections are guarded by the app's `ServerLimits` (see `limited_application`; the
+    defaults otherwise). On shutdown the listener closes, connections not being answered
+    (idle, slow heads, slow bodies) are closed at once, and requests being answered get
+    `shutdown_s` to finish; then they are cancelled.
     """
     from aiohttp import web
 
-    runner = web.AppRunner(app, shutdown_timeout=5.0, **runner_options)
+    limits = _LIMITS.get(app) or ServerLimits()
+    # A refused body is read (and dropped) for 1 s so the client sees the answer, not a reset.
+    options = {"keepalive_timeout": limits.keepalive_s, "lingering_time": 1.0, **runner_options}
+    runner = web.AppRunner(app, shutdown_timeout=limits.shutdown_s, **options)
     await runner.setup()
+    guard = ConnectionGuard(limits)
+    listener = None
     try:
-        await web.TCPSite(runner, host, port).start()
+        listener = await asyncio.get_running_loop().create_server(
+            guard.protocol_factory(runner.server), host, port, backlog=_BACKLOG
+        )
         if ready is not None:
-            ready(host, int(runner.addresses[0][1]))
+            ready(host, int(listener.sockets[0].getsockname()[1]))
         await _wait_for_stop(stop)
     finally:
+        if listener is not None:
+            listener.close()  # not wait_closed(): it would wait for every connection
+        guard.close_waiting()
         await runner.cleanup()
+        await guard.stop()
 
 
 async def _wait_for_stop(stop: threading.Event | None) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from trajlake._query_limits import QueryLimits, apply_limits
 from trajlake.schema import TABLES, table_schema
 
 if TYPE_CHECKING:
@@ -191,10 +192,14 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def sandboxed_database(lake_root: str | None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB database that can read only the lake's folder and cannot be
-    reconfigured (local lakes; object-store tables are scanned through Arrow datasets)."""
+def sandboxed_database(
+    lake_root: str | None, limits: QueryLimits | None = None
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB database that can read only the lake's folder, runs under `limits`
+    (default: `QueryLimits.default()`) and cannot be reconfigured (local lakes; object-store
+    tables are scanned through Arrow datasets)."""
     db = duckdb.connect()
+    apply_limits(db, lake_root, limits or QueryLimits.default())
     if lake_root is not None:
         db.execute(f"SET allowed_directories=[{_quote(lake_root.rstrip('/') + '/')}]")
     db.execute("SET enable_external_access=false")

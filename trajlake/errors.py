@@ -71,6 +71,14 @@ class ReadOnlyQuery(TrajlakeError):
     """A statement that would modify data was sent to the read-only query session."""
 
 
+class QueryTimeout(TrajlakeError):
+    """A lake query ran past its timeout and was stopped; the message says how to raise it."""
+
+
+class QueryOutOfMemory(TrajlakeError):
+    """A lake query needed more memory than its limit; the message says how to raise it."""
+
+
 class InvalidRecord(TrajlakeError):
     """A source record failed to parse or validate (file, line and field in the message)."""
 
@@ -121,6 +129,14 @@ class NoSuchModel(TrajlakeError):
 
 class TrainingError(TrajlakeError):
     """Training cannot run on this data (no positives, empty split, diverged loss)."""
+
+
+class UnsafeName(TrajlakeError, ValueError):
+    """A name that becomes a file or folder name (tag, model id, recipe name) is not safe."""
+
+
+class OutputInsideLake(TrajlakeError, ValueError):
+    """An output path lies inside the lake, where a stray file can make the lake unreadable."""
 
 
 def missing_extra(package: str, extra: str) -> MissingExtra:

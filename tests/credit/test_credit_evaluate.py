@@ -1,4 +1,5 @@
-"""Evaluation of credit runs against ground truth: Spearman with ties, F1, synth end to end, CLI."""
+"""Evaluation of credit runs against ground truth: Spearman with ties, F1, bootstrap intervals,
+task splits, the outcome broadcast floor, synth end to end, CLI."""
 
 from __future__ import annotations
 
@@ -6,17 +7,21 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 import trajlake as tl
 from trajlake.cli.credit_eval_cmd import credit_eval
 from trajlake.credit.evaluate import (
+    bootstrap_spearman,
     detection,
     evaluate_credit,
     load_truth,
     rankdata,
     spearman,
+    split_tasks,
+    weighted_spearman,
 )
 from trajlake.credit.runs import run_credit
 from trajlake.errors import TrajlakeError
@@ -129,3 +134,87 @@ def test_cli_json_and_text(synth_lake: tuple[tl.Lake, Path]) -> None:
     text = runner.invoke(credit_eval, [*args, "--signal", "advantage"])
     assert text.exit_code == 0, text.output
     assert "signal" in text.output and "advantage" in text.output and "f1" in text.output
+
+
+def test_weighted_spearman_is_spearman_of_the_expanded_multiset() -> None:
+    x = np.array([0.3, 0.1, 0.1, 0.7, -0.2, 0.3])
+    y = np.array([1.0, 0.0, 2.0, 3.0, 0.0, 1.0])
+    w = np.array([2.0, 0.0, 1.0, 3.0, 1.0, 1.0])
+    expanded_x = [v for v, k in zip(x, w, strict=True) for _ in range(int(k))]
+    expanded_y = [v for v, k in zip(y, w, strict=True) for _ in range(int(k))]
+    assert weighted_spearman(x, y, w) == pytest.approx(spearman(expanded_x, expanded_y))
+    assert weighted_spearman(x, y, np.ones(6)) == pytest.approx(spearman(list(x), list(y)))
+    # Only one distinct x value drawn: undefined, as for the expanded lists.
+    assert weighted_spearman(x, y, np.array([0.0, 2.0, 1.0, 0.0, 0.0, 0.0])) is None
+
+
+def test_bootstrap_interval_over_clusters() -> None:
+    rng = np.random.default_rng(1)
+    clusters = np.repeat(np.arange(30), 5)
+    x = rng.normal(size=150)
+    y = x + rng.normal(scale=0.8, size=150)
+    point = spearman(list(x), list(y))
+    ci = bootstrap_spearman(x.tolist(), y.tolist(), clusters.tolist(), resamples=500, seed=3)
+    assert ci is not None and point is not None
+    assert ci[0] < point < ci[1] and ci[1] - ci[0] < 0.4
+    again = bootstrap_spearman(x.tolist(), y.tolist(), clusters.tolist(), resamples=500, seed=3)
+    assert again == ci  # seeded: reproducible
+    assert bootstrap_spearman([1.0] * 10, list(range(10)), [0] * 5 + [1] * 5) is None
+    with pytest.raises(ValueError, match="length"):
+        bootstrap_spearman([1.0], [1.0, 2.0], [0])
+
+
+def test_split_tasks_is_seeded_disjoint_and_complete() -> None:
+    ids = [f"t{i}" for i in range(10)] * 3  # repeats are one task
+    a = split_tasks(ids, test_fraction=0.3, seed=4)
+    assert a == split_tasks(reversed(ids), test_fraction=0.3, seed=4)
+    assert len(a.test) == 3 and len(a.train) == 7
+    assert set(a.test) | set(a.train) == set(ids) and not set(a.test) & set(a.train)
+    assert split_tasks(ids, test_fraction=0.3, seed=5).test != a.test
+    assert "7 train / 3 held-out" in a.describe()
+    with pytest.raises(ValueError, match="test_fraction"):
+        split_tasks(ids, test_fraction=1.0)
+    with pytest.raises(ValueError, match="2 distinct"):
+        split_tasks(["only"])
+
+
+def test_outcome_broadcast_floor(synth_lake: tuple[tl.Lake, Path]) -> None:
+    lake, truth_path = synth_lake
+    truth = load_truth(truth_path)
+    ev = evaluate_credit(lake, "outcome", truth, signal="broadcast", bootstrap=200)
+    # Each turn scored with its trajectory's outcome, computed here from the truth alone.
+    scores = [float(t["success"]) for t in truth.values() for _ in t["credits"]]
+    c_star = [c for t in truth.values() for c in t["credits"]]
+    assert ev.pooled_spearman == pytest.approx(spearman(scores, c_star))
+    assert ev.pooled_ci_low is not None and ev.pooled_ci_high is not None
+    assert ev.pooled_ci_low <= ev.pooled_spearman <= ev.pooled_ci_high
+    # Constant within each trajectory: no within-trajectory ranking exists.
+    assert ev.within_spearman is None and ev.within_trajectories == 0
+    # Every turn of a success is "predicted productive" (outcome 1 ≥ eps).
+    assert ev.predicted_productive == sum(1 for s in scores if s == 1.0)
+    assert ev.tasks == 20 and ev.bootstrap == 200
+    # V(s_T) is the outcome for every source: the broadcast does not depend on the run.
+    other = evaluate_credit(lake, "prefix-mc", truth, signal="broadcast", bootstrap=200)
+    assert other.pooled_spearman == ev.pooled_spearman and other.f1 == ev.f1
+
+
+def test_held_out_tasks_only(synth_lake: tuple[tl.Lake, Path]) -> None:
+    lake, truth_path = synth_lake
+    truth = load_truth(truth_path)
+    split = split_tasks((t["task_id"] for t in truth.values()), seed=7)
+    ev = evaluate_credit(lake, "prefix-mc", truth, tasks=split.test, bootstrap=0)
+    assert ev.tasks == len(split.test) == 10 and ev.trajectories == 40
+    assert ev.without_truth == 40  # the train tasks' trajectories are left out
+    assert ev.pooled_ci_low is None and ev.bootstrap == 0
+    runner = CliRunner()
+    args = ["prefix-mc", "--truth", str(truth_path), "--lake", str(lake.uri)]
+    result = runner.invoke(
+        credit_eval, [*args, "--held-out-seed", "7", "--bootstrap", "0", "-o", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["split"]["test"] == list(split.test) and data["split"]["seed"] == 7
+    assert data["trajectories"] == 40 and data["pooled_spearman"] == ev.pooled_spearman
+    text = runner.invoke(credit_eval, [*args, "--held-out-seed", "7", "--signal", "broadcast"])
+    assert text.exit_code == 0, text.output
+    assert "10 train / 10 held-out tasks" in text.output and "pooled_ci_low" in text.output

@@ -298,8 +298,10 @@ def test_export_then_import_round_trips(lake: tl.Lake, tmp_path: Path, out: str)
     assert report.trajectories == len(before) == 30
     assert report.messages == sum(len(t["messages"]) for t in before)
     if out == "atif":
-        files = sorted((tmp_path / out).iterdir())
-        assert len(files) == 30 and all(f.suffix == ".json" for f in files)
+        files = sorted(f.name for f in (tmp_path / out).iterdir())
+        # One file per trajectory, and the manifest mapping each file to its trajectory id.
+        assert files.pop(files.index("manifest.jsonl")) and len(files) == 30
+        assert all(f.endswith(".json") for f in files)
     other = tl.open_lake(tmp_path / "other", create=True)
     imported = other.ingest(tmp_path / out)
     assert imported.formats == {"atif": 1 if out != "atif" else 30}

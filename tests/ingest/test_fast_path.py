@@ -218,7 +218,7 @@ def test_big_chat_files_are_split_evenly_for_the_workers(tmp_path: Path) -> None
     source = SourceFile(str(path), os.path.getsize(path))
     plan = [(source, OpenAIMessagesAdapter())]
     for workers in (1, 2, 3):
-        tasks = _tasks(plan, 400_000, workers)
+        tasks = list(_tasks(plan, 400_000, workers))
         assert len(tasks) % workers == 0 and len(tasks) >= 4
         sizes = [t.length for t in tasks]
         assert max(sizes) - min(sizes) < 70_000  # within about a line of each other

@@ -3,13 +3,15 @@ lake queries are read-only and cannot read outside the lake."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 import trajlake as tl
-from trajlake.errors import NoSuchTable, ReadOnlyQuery, TrajlakeError
+from trajlake.errors import LakeCorrupt, NoSuchTable, ReadOnlyQuery, TrajlakeError
 from trajlake.sample import sample_trajectory
 
 BAD_TAG_NAMES = [
@@ -62,6 +64,17 @@ def test_bad_tag_names_are_refused(shared_lake: tl.Lake, name: str) -> None:
     # Resolving such a name is refused the same way, without touching the file system.
     with pytest.raises(ValueError, match="tag name"):
         shared_lake.snapshot(name.strip() or "x/")
+
+
+@pytest.mark.parametrize("name", ["gen-3\n", "gen-3\r\n", "v1\n\n", "\ngen-3", "gen\n-3"])
+def test_tag_names_with_line_breaks_are_refused(small_lake: tl.Lake, name: str) -> None:
+    # `re.match(...$)` accepted "gen-3\n": the file `gen-3\n.json` could never be read back.
+    with pytest.raises(ValueError, match="invalid tag name"):
+        small_lake.tag(name)
+    assert small_lake.tags() == []
+    assert not (Path(small_lake.uri) / "_trajlake" / "tags").exists()
+    with pytest.raises(ValueError, match="invalid tag name"):
+        small_lake.snapshot_log.get_tag(name)
 
 
 def test_good_tag_names_are_accepted(small_lake: tl.Lake) -> None:
@@ -186,3 +199,27 @@ def test_reads_outside_the_lake_fail(shared_lake: tl.Lake, tmp_path: Path) -> No
             shared_lake.sql(sql)
     # Reading the lake's own files is what views do, and still works afterwards.
     assert shared_lake.sql("select count(*) from messages").rows() == [(12,)]
+
+
+STRAY_FILES = {
+    "_trajlake/tags/x.json": "tag",
+    "_trajlake/log/00000000000000000002.json": "snapshot log entry",
+    "tables/trajectories/_delta_log/00000000000000000000.json": "Delta log",
+}
+
+
+@pytest.mark.parametrize("where", sorted(STRAY_FILES))
+def test_a_stray_file_in_the_metadata_is_named(small_lake: tl.Lake, where: str) -> None:
+    """A file another program wrote into the lake's metadata (here: canonical JSONL) makes
+    `validate` report it by path, and other commands fail with an error naming it."""
+    root = Path(small_lake.uri)
+    stray = root / where
+    stray.parent.mkdir(exist_ok=True)
+    stray.write_text("".join(json.dumps({"trajectory_id": f"t{i}"}) + "\n" for i in range(2)))
+    lake = tl.open_lake(root)
+    report = lake.validate()
+    assert not report.ok
+    assert any(str(stray) in problem for problem in report.problems), report.problems
+    assert STRAY_FILES[where] in " ".join(report.problems)
+    with pytest.raises(LakeCorrupt, match=re.escape(str(stray))):
+        lake.tags() if "tags" in where else lake.sql("select count(*) from trajectories")

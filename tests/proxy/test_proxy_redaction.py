@@ -59,11 +59,11 @@ def test_spool_and_lake_hold_no_clear_secret(
     make_stub: MakeStub, start_proxy: StartProxy, lake: tl.Lake, tmp_path: Path
 ) -> None:
     stub = make_stub(Reply(text=f"pushed with {GITHUB}"), Reply(text="done"))
-    proxy = start_proxy(stub.url)
+    proxy = start_proxy(stub.url, commit_seconds=60)  # read the spool before it is committed
     answers = _run_rollout(proxy, "r1")
     assert answers[0] == f"pushed with {GITHUB}"  # the client gets what the upstream sent
-    assert proxy.recorder.flush(10)
     spool = _spool_text(tmp_path / "spool")
+    assert proxy.recorder.flush(10)
     for secret in (OPENAI, GITHUB, PASSWORD):
         assert secret not in spool
         assert secret not in _lake_text(lake)
@@ -81,10 +81,11 @@ def test_personal_data_and_allow_list_options(
         make_stub(Reply(text="ok")).url,
         redact_personal=True,
         allow_list=AllowList.parse(PASSWORD),
+        commit_seconds=60,
     )
     _run_rollout(proxy, "r2")
-    assert proxy.recorder.flush(10)
     spool = _spool_text(tmp_path / "spool")
+    assert proxy.recorder.flush(10)
     assert EMAIL not in spool and OPENAI not in spool and PASSWORD in spool
     (content,) = lake.sql("SELECT content FROM messages WHERE idx = 0").rows()[0]
     assert content == "deploy with <SECRET:openai_key:1>; mail <SECRET:email:1>"

@@ -36,7 +36,8 @@ def parse_source_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     default="outcome",
     show_default=True,
     metavar="NAME",
-    help="Value source: outcome, prefix-mc, group, group:rloo, value-model:<path|builtin>, judge.",
+    help="Value source: outcome, prefix-mc, group, group:rloo, value-model:<path|builtin>, judge, "
+    "crossfit:text, crossfit:text-td (out-of-fold text value models), anchor.",
 )
 @click.option("--gamma", type=float, default=1.0, show_default=True, help="Discount γ of GAE.")
 @click.option(
@@ -64,7 +65,7 @@ def parse_source_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     multiple=True,
     metavar="KEY=VALUE",
     help="Value-source argument, repeatable (VALUE parsed as JSON when it is JSON), e.g. "
-    "min_visits=3, or base_url=... model=... for judge.",
+    "min_visits=3, base_url=... model=... for judge, folds=5 seed=0 l2=... for crossfit:text.",
 )
 @click.option("--diagnose", is_flag=True, help="Also compute Orchard's diagnostics of the run.")
 @output_option()

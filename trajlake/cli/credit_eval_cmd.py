@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
 from trajlake.cli.output import dumps
-from trajlake.credit.evaluate import evaluate_credit
+from trajlake.credit.evaluate import SIGNALS, Signal, evaluate_credit, load_truth, split_tasks
 
 
 @click.command("credit-eval")
@@ -16,8 +18,8 @@ from trajlake.credit.evaluate import evaluate_credit
     "truth",
     required=True,
     type=click.Path(exists=True, dir_okay=False),
-    help="Truth JSONL (one line per trajectory: trajectory_id, values, credits), as written "
-    "by trajlake.synth's SynthBatch.write_truth.",
+    help="Truth JSONL (one line per trajectory: trajectory_id, task_id, values, credits), as "
+    "written by SynthBatch.write_truth or DebugBatch.write_truth.",
 )
 @lake_options
 @at_option
@@ -31,11 +33,34 @@ from trajlake.credit.evaluate import evaluate_credit
 @click.option("--thread", default="main", show_default=True, help="Thread of the run.")
 @click.option(
     "--signal",
-    type=click.Choice(["credit", "advantage"]),
+    type=click.Choice(SIGNALS),
     default="credit",
     show_default=True,
-    help="Column compared with the true credit: TD credit, or the stored advantage (GAE λ).",
+    help="Per-turn score compared with the true credit: TD credit, the stored advantage "
+    "(GAE λ), or the outcome broadcast (each turn scored with its trajectory's outcome).",
 )
+@click.option(
+    "--held-out-seed",
+    type=int,
+    default=None,
+    help="Split the truth's task ids with this seed (see --test-fraction) and evaluate on the "
+    "held-out tasks only; the split is printed.",
+)
+@click.option(
+    "--test-fraction",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.5,
+    show_default=True,
+    help="Share of tasks held out by --held-out-seed.",
+)
+@click.option(
+    "--bootstrap",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="Task resamples for the 95% intervals of pooled and interior ρ (0: none).",
+)
+@click.option("--bootstrap-seed", type=int, default=0, show_default=True)
 @output_option()
 def credit_eval(
     run_name: str,
@@ -44,27 +69,48 @@ def credit_eval(
     at: str | None,
     eps: float,
     thread: str,
-    signal: str,
+    signal: Signal,
+    held_out_seed: int | None,
+    test_fraction: float,
+    bootstrap: int,
+    bootstrap_seed: int,
     output: str,
 ) -> None:
     """Evaluate credit run RUN_NAME against true per-turn values and credits.
 
-    Reports Spearman's ρ of credit vs true credit (pooled over turns and mean within
-    trajectories), of value_before vs the true V*(s_t), and precision / recall / F1 of
-    productive-turn detection (credit ≥ eps vs true credit ≥ eps).
+    Reports Spearman's ρ of the signal vs true credit (pooled over turns with a bootstrap
+    interval over tasks, without each trajectory's last turn, and mean within trajectories),
+    of value_before vs the true V*(s_t), and precision / recall / F1 of productive-turn
+    detection (signal ≥ eps vs true credit ≥ eps).
     """
+    records = load_truth(truth)
+    split = None
+    if held_out_seed is not None:
+        split = split_tasks(
+            (str(r.get("task_id")) for r in records.values() if r.get("task_id")),
+            test_fraction=test_fraction,
+            seed=held_out_seed,
+        )
     result = evaluate_credit(
         lake.open(),
         run_name,
-        truth,
+        records,
         at=at,
         eps=eps,
         thread=thread,
-        signal="advantage" if signal == "advantage" else "credit",
+        signal=signal,
+        tasks=split.test if split else None,
+        bootstrap=bootstrap,
+        bootstrap_seed=bootstrap_seed,
     )
+    data: dict[str, Any] = result.to_dict()
     if output == "json":
-        click.echo(dumps(result.to_dict()))
+        if split:
+            data["split"] = split.to_dict()
+        click.echo(dumps(data))
         return
-    for key, value in result.to_dict().items():
+    if split:
+        click.echo(f"{split.describe()} (evaluated on held-out tasks only)")
+    for key, value in data.items():
         shown = "n/a" if value is None else f"{value:.4f}" if isinstance(value, float) else value
         click.echo(f"{key:<22} {shown}")

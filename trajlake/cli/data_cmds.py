@@ -6,6 +6,7 @@ from typing import cast, get_args
 
 import click
 
+from trajlake._names import refuse_inside_lake
 from trajlake.cli.export_atif_cmd import atif
 from trajlake.cli.export_sft_cmd import sft
 from trajlake.cli.options import (
@@ -140,6 +141,21 @@ def ingest(
     make_output(output).ingest_report(report)
 
 
+SQL_TIMEOUT = 300.0
+"""`trajlake sql --timeout` default, in seconds: long enough for real work, short of a runaway."""
+
+
+def _memory_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from trajlake._query_limits import parse_size
+
+    if value is not None:
+        try:
+            parse_size(value, "--memory-limit")
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from e
+    return value
+
+
 @click.command()
 @click.argument("query")
 @lake_options
@@ -158,15 +174,49 @@ def ingest(
     show_default=True,
     help="Rows shown by --output text (0: all); json and csv print every row.",
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=SQL_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Stop the query after this long (0: no limit).",
+)
+@click.option(
+    "--memory-limit",
+    default=None,
+    metavar="SIZE",
+    callback=_memory_limit,
+    help="Memory DuckDB may use, e.g. 16GB (default: min(4 GiB, half the memory)); past it a "
+    "query spills to the lake's private area, or fails.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="DuckDB threads (default: the usable cores, at most 8).",
+)
 def sql(
-    query: str, lake: LakeSpec, at: str | None, output: str, out: str | None, limit: int
+    query: str,
+    lake: LakeSpec,
+    at: str | None,
+    output: str,
+    out: str | None,
+    limit: int,
+    timeout: float,
+    memory_limit: str | None,
+    threads: int | None,
 ) -> None:
     """Run a read-only SQL QUERY (DuckDB) over the lake's tables at a snapshot.
 
     Tables: trajectories, messages, calls, labels, credits, scores, models, quarantine;
-    views: tool_calls, outcomes.
+    views: tool_calls, outcomes. Ctrl-C stops a running query.
     """
-    result = lake.open().sql(query, at=at)
+    if out is not None:  # before the query runs: a refused --out leaves nothing behind
+        refuse_inside_lake(out, lake.uri, what="--out file")
+    result = lake.open().sql(
+        query, at=at, timeout=timeout or None, memory_limit=memory_limit, threads=threads
+    )
     if out is None:
         make_output(output).query_result(result, limit=limit)
         return

@@ -21,8 +21,10 @@ from trajlake.cli.progress import progress_for
 )
 @output_option()
 def atif(out: str, lake: LakeSpec, at: str | None, where: str | None, output: str) -> None:
-    """Write Harbor ATIF v1.6 to OUT: a directory of <trajectory_id>.json files, or, when OUT
-    ends in .jsonl (.gz/.zst compress), one ATIF object per line.
+    """Write Harbor ATIF v1.6 to OUT: a directory of <trajectory_id>.json files (ids unsafe as
+    file names get an escaped name with a hash; manifest.jsonl maps each file to its id), or,
+    when OUT ends in .jsonl (.gz/.zst compress), one ATIF object per line. OUT may not lie
+    inside the lake.
 
     Fields ATIF has no place for (task, outcome, attrs) travel under extra.trajlake, so the
     files ingest back (`trajlake ingest --format atif`) as the same trajectories.

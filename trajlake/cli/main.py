@@ -8,27 +8,18 @@ click would otherwise print a bare `Aborted!` for it (it takes it for a closed p
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import traceback
 from typing import Any
 
 import click
-from rich.logging import RichHandler
 
 import trajlake as tl
-from trajlake.cli.credit_cmd import credit
-from trajlake.cli.credit_eval_cmd import credit_eval
-from trajlake.cli.data_cmds import export_group, ingest, show, sql
-from trajlake.cli.demo_cmd import demo, tour
-from trajlake.cli.label_cmd import label
-from trajlake.cli.lake_cmds import init, log_cmd, maintain, schema, tag, tags, validate
-from trajlake.cli.lineage_cmd import lineage_cmd
-from trajlake.cli.progress import stderr_console
-from trajlake.cli.proxy_cmd import proxy
-from trajlake.cli.value_cmds import eval_group, rerank, score, serve, train_group
+from trajlake.errors import TrajlakeError
 
-USER_ERRORS: tuple[type[BaseException], ...] = (tl.TrajlakeError, ValueError, OSError, EOFError)
+USER_ERRORS: tuple[type[BaseException], ...] = (TrajlakeError, ValueError, OSError, EOFError)
 """What a user can fix: reported in one line, without a traceback."""
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 EXIT_INTERRUPTED = 130
@@ -47,6 +38,10 @@ def configure_logging(level: str) -> logging.Handler:
     """Send trajlake's log records to stderr at `level` (rich on a terminal, plain otherwise)."""
     handler: logging.Handler
     if getattr(sys.stderr, "isatty", lambda: False)():
+        from rich.logging import RichHandler
+
+        from trajlake.cli.progress import stderr_console
+
         handler = RichHandler(console=stderr_console(), show_path=False, show_time=False)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     else:
@@ -64,8 +59,50 @@ def _remove_handler(handler: logging.Handler) -> None:
     logger.setLevel(logging.NOTSET)
 
 
+# Each command's module is imported when the command runs (or `--help` lists them): a command
+# pays only for what it uses, and ingest workers, which re-import the entry script, pay for
+# none of the others.
+COMMANDS = {
+    "demo": ("trajlake.cli.demo_cmd", "demo"),
+    "tour": ("trajlake.cli.demo_cmd", "tour"),
+    "init": ("trajlake.cli.lake_cmds", "init"),
+    "ingest": ("trajlake.cli.data_cmds", "ingest"),
+    "label": ("trajlake.cli.label_cmd", "label"),
+    "credit": ("trajlake.cli.credit_cmd", "credit"),
+    "credit-eval": ("trajlake.cli.credit_eval_cmd", "credit_eval"),
+    "sql": ("trajlake.cli.data_cmds", "sql"),
+    "show": ("trajlake.cli.data_cmds", "show"),
+    "log": ("trajlake.cli.lake_cmds", "log_cmd"),
+    "tag": ("trajlake.cli.lake_cmds", "tag"),
+    "tags": ("trajlake.cli.lake_cmds", "tags"),
+    "validate": ("trajlake.cli.lake_cmds", "validate"),
+    "maintain": ("trajlake.cli.lake_cmds", "maintain"),
+    "schema": ("trajlake.cli.lake_cmds", "schema"),
+    "lineage": ("trajlake.cli.lineage_cmd", "lineage_cmd"),
+    "score": ("trajlake.cli.value_cmds", "score"),
+    "rerank": ("trajlake.cli.value_cmds", "rerank"),
+    "serve": ("trajlake.cli.value_cmds", "serve"),
+    "proxy": ("trajlake.cli.proxy_cmd", "proxy"),
+    "export": ("trajlake.cli.data_cmds", "export_group"),
+    "train": ("trajlake.cli.value_cmds", "train_group"),
+    "eval": ("trajlake.cli.value_cmds", "eval_group"),
+}
+
+
 class TrajlakeGroup(click.Group):
-    """A group that turns user errors into one stderr line and Ctrl-C into exit code 130."""
+    """The root group: commands loaded on first use; user errors become one stderr line and
+    Ctrl-C exit code 130."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module), attr)
+            self.add_command(command, cmd_name)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -100,33 +137,6 @@ def cli(ctx: click.Context, log_level: str, verbose: bool) -> None:
     """
     handler = configure_logging(log_level)
     ctx.call_on_close(lambda: _remove_handler(handler))
-
-
-for command in (
-    demo,
-    tour,
-    init,
-    ingest,
-    label,
-    credit,
-    credit_eval,
-    sql,
-    show,
-    log_cmd,
-    tag,
-    tags,
-    validate,
-    maintain,
-    schema,
-    lineage_cmd,
-    score,
-    rerank,
-    serve,
-    proxy,
-):
-    cli.add_command(command)
-for group in (export_group, train_group, eval_group):
-    cli.add_command(group)
 
 
 def main() -> None:

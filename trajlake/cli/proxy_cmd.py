@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from trajlake.cli.options import LakeSpec, lake_options, redaction_policy_options
+
+if TYPE_CHECKING:
+    from trajlake.proxy.server import ServerLimits
+
+LIMIT_HELP = (
+    "A server limit as KEY=VALUE (repeatable): max_body_bytes [64MiB], max_decoded_bytes "
+    "[256MiB], header_timeout_s [20], body_idle_s [30], body_timeout_s [300], keepalive_s [75], "
+    "max_inflight [1024], max_inflight_body_bytes [1GiB], max_connections [2048], "
+    "shutdown_s [10], retry_after_s [1]."
+)
+
+
+def parse_limits(ctx: click.Context, param: Any, values: tuple[str, ...]) -> ServerLimits:
+    """The `--limit KEY=VALUE` settings as `ServerLimits` (a click callback)."""
+    from trajlake.proxy.server import ServerLimits
+
+    try:
+        return ServerLimits.parse(values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param) from e
 
 
 @click.command("proxy")
@@ -54,6 +75,17 @@ from trajlake.cli.options import LakeSpec, lake_options, redaction_policy_option
     is_flag=True,
     help="fsync every spooled call (survives power loss; a killed proxy loses nothing without).",
 )
+@click.option(
+    "--idle-close",
+    type=click.FloatRange(min=0),
+    default=1800.0,
+    show_default=True,
+    help="Seconds without a call after which an open rollout is committed with status error "
+    "(exit_reason idle_closed); 0 never closes it.",
+)
+@click.option(
+    "--limit", "limits", multiple=True, metavar="KEY=VALUE", callback=parse_limits, help=LIMIT_HELP
+)
 @redaction_policy_options
 def proxy(
     lake: LakeSpec,
@@ -69,6 +101,8 @@ def proxy(
     batch_size: int,
     commit_seconds: float,
     fsync: bool,
+    idle_close: float,
+    limits: ServerLimits,
     redact_personal: bool,
     allow_list: str | None,
 ) -> None:
@@ -108,7 +142,9 @@ def proxy(
         batch_size=batch_size,
         commit_seconds=commit_seconds,
         fsync=fsync,
+        idle_close_s=idle_close,
         redact_personal=redact_personal,
         allow_list=allowed,
+        limits=limits,
         ready=ready,
     )

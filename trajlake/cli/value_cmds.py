@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -11,6 +11,10 @@ import yaml
 from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
 from trajlake.cli.output import dumps
 from trajlake.cli.progress import progress_for
+from trajlake.cli.proxy_cmd import LIMIT_HELP, parse_limits
+
+if TYPE_CHECKING:
+    from trajlake.value.serve import ServerLimits
 
 MODEL_ARG = click.argument("model", type=click.Path(exists=True, file_okay=False))
 WHERE_OPTION = click.option(
@@ -55,7 +59,12 @@ def train_group() -> None:
 )
 @at_option
 @WHERE_OPTION
-@click.option("--out", default=None, help="Model directory (default: <lake>/models/<model id>).")
+@click.option(
+    "--out",
+    default=None,
+    help="Model directory (default: <lake>/models/<model id>); elsewhere inside the lake is "
+    "refused.",
+)
 @click.option(
     "--set",
     "overrides",
@@ -247,6 +256,9 @@ def rerank(
 @click.option("--max-batch", default=32, show_default=True, help="Candidates per model batch.")
 @click.option("--max-wait-ms", default=5.0, show_default=True, help="Batching window.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if present).")
+@click.option(
+    "--limit", "limits", multiple=True, metavar="KEY=VALUE", callback=parse_limits, help=LIMIT_HELP
+)
 def serve(
     model: str,
     host: str,
@@ -255,6 +267,7 @@ def serve(
     max_batch: int,
     max_wait_ms: float,
     device: str | None,
+    limits: ServerLimits,
 ) -> None:
     """Serve MODEL over HTTP: POST /v1/rerank, GET /health, GET /v1/stats."""
     from trajlake.rerank import Reranker
@@ -273,4 +286,5 @@ def serve(
         ready=ready,
         max_batch_candidates=max_batch,
         max_wait_ms=max_wait_ms,
+        limits=limits,
     )

@@ -1,6 +1,8 @@
 """Credit assignment: per-turn values, credits, segments and loss weights, stored as data."""
 
 from trajlake.credit._types import TrajectoryTurns, Turn, ValueSource
+from trajlake.credit.anchored import AnchoredValues
+from trajlake.credit.crossfit import CrossFitTextValues
 from trajlake.credit.estimators import (
     gae,
     mc_returns,
@@ -35,7 +37,9 @@ __all__ = [
     "TURNS_VIEW_SQL",
     "VALUE_SOURCES",
     "AdvantageSource",
+    "AnchoredValues",
     "CreditRunReport",
+    "CrossFitTextValues",
     "GroupValues",
     "OutcomeValues",
     "PrefixMCValues",

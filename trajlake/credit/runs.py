@@ -28,7 +28,7 @@ from trajlake.credit.masks import (
     step_reject,
 )
 from trajlake.credit.turns import load_turns
-from trajlake.credit.values import AdvantageSource, value_source
+from trajlake.credit.values import TRANSCRIPT_SOURCES, AdvantageSource, value_source
 from trajlake.errors import TrajlakeError
 from trajlake.records import rows_for_table
 
@@ -224,6 +224,8 @@ def run_credit(
         return report
     if estimator == "judge":
         source_kw.setdefault("lake", lake)  # the judge caches its calls in the lake
+    if estimator in TRANSCRIPT_SOURCES:
+        source_kw.update(lake=lake, at=snap)  # they read the observations of the turns
     if estimator.startswith("value-model:") and Path(estimator.split(":", 1)[1]).is_dir():
         source_kw.update(lake=lake, at=snap)  # a neural prefix model reads the messages
     source = value_source(estimator, **source_kw)

@@ -201,8 +201,14 @@ VALUE_SOURCES: tuple[str, ...] = (
     "group:rloo",
     "value-model:<path.json|model dir|builtin>",
     "judge",
+    "crossfit:text",
+    "crossfit:text-td",
+    "anchor",
 )
 """Names `value_source` accepts."""
+
+TRANSCRIPT_SOURCES: tuple[str, ...] = ("crossfit:text", "crossfit:text-td", "anchor")
+"""Sources that read the turns' observations from the lake (`run_credit` passes `lake`, `at`)."""
 
 
 def value_source(name: str, **kw: Any) -> ValueSource:
@@ -211,9 +217,20 @@ def value_source(name: str, **kw: Any) -> ValueSource:
     Names: `outcome`, `prefix-mc` (min_visits, prior), `group` / `group:grpo` (eps, ddof),
     `group:rloo`, `value-model:builtin` (a `PrefixModelValues` fitted on the labelled
     trajectories it values), `value-model:<path.json>` (a saved one), `value-model:<dir>` (a
-    neural prefix-value model; needs `lake` and `at`), and `judge`
-    (`trajlake.credit.judge.JudgeValues`).
+    neural prefix-value model; needs `lake` and `at`), `judge`
+    (`trajlake.credit.judge.JudgeValues`), `crossfit:text` / `crossfit:text-td` (a
+    `CrossFitTextValues` with MC or TD(λ) targets: folds, seed, td_lambda, sweeps, l2, …) and
+    `anchor` (`AnchoredValues`: prior, leave_one_out); the last three read observations when
+    given `lake` (and `at`).
     """
+    if name in ("crossfit:text", "crossfit:text-td"):
+        from trajlake.credit.crossfit import CrossFitTextValues
+
+        return CrossFitTextValues("mc" if name == "crossfit:text" else "td", **kw)
+    if name == "anchor":
+        from trajlake.credit.anchored import AnchoredValues
+
+        return AnchoredValues(**kw)
     if name == "outcome":
         return OutcomeValues(**kw)
     if name == "prefix-mc":

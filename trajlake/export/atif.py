@@ -1,21 +1,21 @@
 """ATIF export: trajectories as Harbor ATIF v1.6 `trajectory.json` objects.
 
 `OUT` ending in `.jsonl` (optionally `.gz`/`.zst`) gets one ATIF object per line; any other
-`OUT` is a directory that gets one `<trajectory_id>.json` per trajectory. Steps come from the
-main thread (other threads are counted in `notes`): system/user messages become system/user
-steps, each assistant message an agent step, and tool messages the `observation.results` of
-the agent step before them. What ATIF has no field for (the trajectory's task, outcome, attrs;
-tool-call types; tool error flags and exit codes) travels under `extra.trajlake`, which
-`trajlake ingest --format atif` restores. ATIF requires `agent.name`/`version`, tool-call ids
-and object arguments: missing ones are written as "unknown", `call-<step>-<n>` and
-`{"_raw_arguments": text}`.
+`OUT` is a directory that gets one `<trajectory_id>.json` per trajectory (ids unsafe or too
+long as file names get an escaped name with a hash) and `manifest.jsonl` (file → id).
+Steps come from the main thread (other threads are counted in `notes`): system/user messages
+become system/user steps, each assistant message an agent step, and tool messages the
+`observation.results` of the agent step before them. What ATIF has no field for (the
+trajectory's task, outcome, attrs; tool-call types; tool error flags and exit codes) travels
+under `extra.trajlake`, which `trajlake ingest --format atif` restores. ATIF requires
+`agent.name`/`version`, tool-call ids and object arguments: missing ones are written as
+"unknown", `call-<step>-<n>` and `{"_raw_arguments": text}`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 from fsspec.utils import infer_compression
 
+from trajlake._names import FileNames, file_stem_for_id, refuse_inside_lake
 from trajlake._progress import NullProgress, Progress
 from trajlake.export.jsonl import ExportReport, iter_canonical
 from trajlake.ingest.atif import RAW_ARGUMENTS, TRAJLAKE_EXTRA
@@ -208,9 +209,14 @@ def _is_jsonl(out: str) -> bool:
     return base.endswith(".jsonl")
 
 
+MANIFEST = "manifest.jsonl"
+"""Written beside the files of a directory export: one `{"file", "trajectory_id"}` per line."""
+
+
 def file_name(trajectory_id: str) -> str:
-    """`<trajectory_id>.json`, with characters unsafe in paths replaced by `_`."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", trajectory_id) + ".json"
+    """`<stem>.json`: the id itself when it is a short safe name, else an escaped stem with a
+    hash of the exact id (`trajlake._names.file_stem_for_id`), so no two ids share a file."""
+    return file_stem_for_id(trajectory_id) + ".json"
 
 
 def _documents(
@@ -221,6 +227,29 @@ def _documents(
         main = sum(1 for m in obj["messages"] if (m.get("thread") or "main") == "main")
         yield obj["trajectory_id"], to_atif(obj), main
         progress.advance(1)
+
+
+def _write_directory(
+    out: str, documents: Iterator[tuple[str, dict[str, Any], int]]
+) -> tuple[int, int, int]:
+    """One file per trajectory, then the manifest mapping each file back to its exact id
+    (escaped and hashed names do not read back as the id). Returns (files, messages, bytes)."""
+    fs, root = fsspec.core.url_to_fs(out)
+    root = root.rstrip("/")
+    fs.makedirs(root, exist_ok=True)
+    names = FileNames(".json")
+    manifest: list[str] = []
+    count = messages = written = 0
+    for trajectory_id, document, n in documents:
+        name = names.assign(trajectory_id)
+        text = _dumps(document, indent=2) + "\n"
+        with fs.open(f"{root}/{name}", "w") as f:
+            f.write(text)
+        manifest.append(_dumps({"file": name, "trajectory_id": trajectory_id}, indent=None))
+        count, messages, written = count + 1, messages + n, written + len(text.encode())
+    with fs.open(f"{root}/{MANIFEST}", "w") as f:
+        f.write("".join(line + "\n" for line in manifest))
+    return count, messages, written
 
 
 def export_atif(
@@ -235,10 +264,15 @@ def export_atif(
 
     Args:
         out: a `.jsonl` path/URL (one ATIF object per line; `.gz`/`.zst` compress), or a
-            directory that receives one `<trajectory_id>.json` per trajectory.
+            directory that receives one `<trajectory_id>.json` per trajectory (see
+            `file_name`) and `manifest.jsonl` mapping each file to its trajectory id.
         at, where: snapshot and SQL condition on `trajectories`, as for `export_jsonl`.
         progress: receives one unit per trajectory.
+
+    Raises:
+        OutputInsideLake: `out` lies inside the lake (checked before anything is written).
     """
+    refuse_inside_lake(out, lake.location.uri, what="export")
     progress = progress or NullProgress()
     start = time.perf_counter()
     snapshot = lake.snapshot(at)
@@ -252,13 +286,7 @@ def export_atif(
                 f.write(text)
                 count, messages, written = count + 1, messages + n, written + len(text.encode())
     else:
-        fs, root = fsspec.core.url_to_fs(out)
-        fs.makedirs(root, exist_ok=True)
-        for trajectory_id, document, n in documents:
-            text = _dumps(document, indent=2) + "\n"
-            with fs.open(f"{root.rstrip('/')}/{file_name(trajectory_id)}", "w") as f:
-                f.write(text)
-            count, messages, written = count + 1, messages + n, written + len(text.encode())
+        count, messages, written = _write_directory(out, documents)
     progress.finish()
     seconds = time.perf_counter() - start
     return ExportReport(out, snapshot.snapshot_id, count, messages, written, seconds)

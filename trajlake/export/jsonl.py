@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 import fsspec
 from fsspec.utils import infer_compression
 
+from trajlake._names import refuse_inside_lake
 from trajlake._progress import NullProgress, Progress
 from trajlake.query import QuerySession
 from trajlake.records import assemble_canonical, table_to_rows
@@ -143,7 +144,12 @@ def export_jsonl(
     where: str | None = None,
     progress: Progress | None = None,
 ) -> ExportReport:
-    """Write the trajectories selected by `where` at snapshot `at` as canonical JSONL to `out`."""
+    """Write the trajectories selected by `where` at snapshot `at` as canonical JSONL to `out`.
+
+    Raises:
+        OutputInsideLake: `out` lies inside the lake (checked before anything is written).
+    """
+    refuse_inside_lake(out, lake.location.uri, what="export")
     progress = progress or NullProgress()
     start = time.perf_counter()
     snapshot = lake.snapshot(at)

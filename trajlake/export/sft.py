@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import trajlake
+from trajlake._names import refuse_inside_lake
 from trajlake._progress import NullProgress, Progress
 from trajlake.errors import NoSuchSnapshot, SftSelfCheckFailed, TrajlakeError, missing_extra
 from trajlake.export._sft_formats import FORMATTERS, SFT_FORMATS, encode_row
@@ -363,6 +364,7 @@ def export_sft(
         progress: Receives one unit per trajectory.
 
     Raises:
+        OutputInsideLake: `out` lies inside the lake (checked before anything is written).
         SftSelfCheckFailed: A sample has no trained turn (unless `allow_untrained`), trains on
             every token, or its weights differ from the credit run.
     """
@@ -375,6 +377,7 @@ def export_sft(
     if shard_mb <= 0:
         raise ValueError(f"shard_mb must be positive, got {shard_mb}")
     split_of("", seed, val_frac)  # validates val_frac
+    refuse_inside_lake(out, lake.location.uri, what="SFT export folder")
     progress = progress or NullProgress()
     start = time.perf_counter()
     snapshot = _source_snapshot(lake, at)

@@ -1,12 +1,55 @@
 """Ingest: read rollouts in their native formats into the lake, quarantining bad records."""
 
-from trajlake.ingest._adapter import Adapter, BadRecord, ParsedTrajectory
-from trajlake.ingest._pipeline import IngestOptions, IngestReport, ingest
-from trajlake.ingest._redact_report import RedactionFinding, RedactionReport, redaction_report
-from trajlake.ingest._registry import adapters, detect, format_names, get_adapter
-from trajlake.ingest._sources import SourceFile, expand_sources
-from trajlake.ingest.labels import LABEL_FORMATS, LabelReport, attach_labels, read_labels
-from trajlake.ingest.redact import AllowList, redact_uri
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trajlake.ingest._adapter import Adapter, BadRecord, ParsedTrajectory
+    from trajlake.ingest._pipeline import IngestOptions, IngestReport, ingest
+    from trajlake.ingest._redact_report import (
+        RedactionFinding,
+        RedactionReport,
+        redaction_report,
+    )
+    from trajlake.ingest._registry import adapters, detect, format_names, get_adapter
+    from trajlake.ingest._sources import SourceFile, expand_sources
+    from trajlake.ingest.labels import LABEL_FORMATS, LabelReport, attach_labels, read_labels
+    from trajlake.ingest.redact import AllowList, redact_uri
+
+# Imported on first use: a parsing worker imports only the adapter it runs, not the pipeline
+# (and through it the lake layer) that drives it.
+_LAZY = {
+    **dict.fromkeys(["Adapter", "BadRecord", "ParsedTrajectory"], "trajlake.ingest._adapter"),
+    **dict.fromkeys(["IngestOptions", "IngestReport", "ingest"], "trajlake.ingest._pipeline"),
+    **dict.fromkeys(
+        ["RedactionFinding", "RedactionReport", "redaction_report"],
+        "trajlake.ingest._redact_report",
+    ),
+    **dict.fromkeys(
+        ["adapters", "detect", "format_names", "get_adapter"], "trajlake.ingest._registry"
+    ),
+    **dict.fromkeys(["SourceFile", "expand_sources"], "trajlake.ingest._sources"),
+    **dict.fromkeys(
+        ["LABEL_FORMATS", "LabelReport", "attach_labels", "read_labels"], "trajlake.ingest.labels"
+    ),
+    **dict.fromkeys(["AllowList", "redact_uri"], "trajlake.ingest.redact"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trajlake.ingest' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "LABEL_FORMATS",

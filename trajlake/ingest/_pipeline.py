@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from trajlake.ingest._parse import ParsedChunk, ParseTask, Stamp
 from trajlake.ingest._registry import adapters, classify, get_adapter
 from trajlake.ingest._run_ids import EXPLICIT_ID_FORMATS, scope_ids
 from trajlake.ingest._sources import SourceFile, expand_sources
+from trajlake.ingest._worker import start_worker
 from trajlake.ingest.redact import AllowList, as_allow_list, redact_uri
 from trajlake.schema import Stage
 
@@ -300,17 +301,20 @@ def _choose_adapters(
     return chosen
 
 
-def _line_chunks(source: SourceFile, chunk_bytes: int) -> list[tuple[int, int, int]]:
-    """(start, end, first line) of line-aligned chunks covering a plain local file."""
+def _line_chunks(source: SourceFile, chunk_bytes: int) -> Iterator[tuple[int, int, int]]:
+    """(start, end, first line) of line-aligned chunks covering a plain local file.
+
+    Lazily: a chunk's first line needs the newlines of all before it, and counting them as
+    the chunks are handed out lets the first workers start before the file has been read.
+    """
     size = source.size or 0
-    chunks = []
     start, line = 0, 1
     with open(source.uri, "rb") as f:
         while start < size:
             f.seek(min(size, start + chunk_bytes))
             f.readline()  # move to the end of the line the nominal boundary falls in
             end = min(size, f.tell()) if start + chunk_bytes < size else size
-            chunks.append((start, end, line))
+            yield start, end, line
             f.seek(start)
             remaining, newlines = end - start, 0
             while remaining > 0:
@@ -318,13 +322,12 @@ def _line_chunks(source: SourceFile, chunk_bytes: int) -> list[tuple[int, int, i
                 newlines += block.count(b"\n")
                 remaining -= len(block)
             start, line = end, line + newlines
-    return chunks
 
 
 def _tasks(
     plan: Sequence[tuple[SourceFile, Adapter]], chunk_bytes: int, workers: int = 1
-) -> list[ParseTask]:
-    tasks = []
+) -> Iterator[ParseTask]:
+    """The units of work, in order (lazily: see `_line_chunks`)."""
     for source, adapter in plan:
         line_records = getattr(adapter, "line_records", False)
         if callable(line_records):  # per file: e.g. JSONL outputs vs whole-JSON event lists
@@ -333,12 +336,11 @@ def _tasks(
         big = (source.size or 0) > chunk_bytes and not source.is_compressed
         base = ParseTask(source.uri, source.size, source.storage_options, adapter.name)
         if not (splittable and big):
-            tasks.append(base)
+            yield base
             continue
         size = _even_chunk(source, chunk_bytes, workers)
         for start, end, first_line in _line_chunks(source, size):
-            tasks.append(replace(base, start=start, end=end, first_line=first_line))
-    return tasks
+            yield replace(base, start=start, end=end, first_line=first_line)
 
 
 def _even_chunk(source: SourceFile, chunk_bytes: int, workers: int) -> int:
@@ -351,22 +353,25 @@ def _even_chunk(source: SourceFile, chunk_bytes: int, workers: int) -> int:
 
 
 def _run_tasks(
-    tasks: Sequence[ParseTask], stamp: Stamp, workers: int, limits: Limits
+    tasks: Iterable[ParseTask], stamp: Stamp, workers: int, limits: Limits
 ) -> Iterator[tuple[ParseTask, ParsedChunk]]:
     """Results in task order; with workers, at most two tasks per worker are in flight.
 
     Each task runs contained (`parse_contained`): a file that cannot be read becomes a
     quarantine row and the others go on.
     """
-    if workers <= 1 or len(tasks) <= 1:
-        for task in tasks:
+    queue = iter(tasks)
+    first = list(itertools.islice(queue, 2))
+    if workers <= 1 or len(first) <= 1:
+        for task in itertools.chain(first, queue):
             yield task, parse_contained(task, stamp, limits)
         return
+    queue = itertools.chain(first, queue)
     # spawn, not fork: the parent holds delta-rs and DuckDB thread pools that must not be forked.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=start_worker)
+    with pool:
         in_flight: deque[tuple[ParseTask, Future[ParsedChunk]]] = deque()
-        queue = iter(tasks)
         for task in itertools.islice(queue, 2 * workers):
             in_flight.append((task, pool.submit(parse_contained, task, stamp, limits)))
         while in_flight:

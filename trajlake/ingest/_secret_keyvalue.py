@@ -24,17 +24,31 @@ from trajlake.ingest._secret_context import fixture, in_path
 from trajlake.ingest._secret_rules import sshpass_password
 
 # Key/value forms anchored on the secret word that ends the key name: `DB_PASSWORD=...`,
-# `export GITHUB_TOKEN="..."`, `"api_key": "..."`, `password: ...`, `--token=...`. The scan
-# looks for the words only (a case-sensitive alternation of literals is fast in `re`); the
-# rest is matched at each hit.
+# `export GITHUB_TOKEN="..."`, `"api_key": "..."`, `password: ...`, `--token=...`. Secret words
+# are common in prose and code ("tests pass", "the key"), so the scan keeps only the words a
+# rule below can use: followed by a separator within a few letters (`_KV_TAIL` then decides),
+# or in one of the positional forms (`sshpass`, `create secret`, `session_token`, NuGet's
+# `key oy2…`, `master.key`, `password <value>` in .netrc, a Terraform `variable "…" {` block).
+# Each alternative is factored by first letter and its lookbehinds come after the literal, so
+# `re` rejects most positions at the first character: the scan costs what a scan for the bare
+# words did, and the Python loop runs for about one hit in ten.
 # The same scan finds the provider tokens whose prefix starts with one of these letters and
 # holds no separator (Twilio `SK` key sids, as in gitleaks, and crates.io `cio` tokens): a rule
 # of their own would be a pass over the text each.
 _BARE_END = r"(?![A-Za-z0-9_\-])"
-_KV_ANCHOR = re.compile(  # factored by first letter: `re` then rejects most positions sooner
-    r"k(?:ey)|t(?:oken)|s(?:ecret)|p(?:ass|wd)|c(?:red|io[A-Za-z0-9]{32}" + _BARE_END + ")"
-    r"|K(?:ey|EY)|T(?:oken|OKEN)|S(?:ecret|ECRET|K[0-9a-fA-F]{32}" + _BARE_END + ")"
-    r"|P(?:ass|ASS|WD)|C(?:red|RED)"
+_SEP = r"(?=[A-Za-z_\-]{0,8}\d*(?:\\?[\"'])?\]?[ \t]*[:=])"  # `_KV_TAIL` may match here
+_BLOCK = r"(?=[^\"]{0,64}\" ?\{)"  # a Terraform block: `"db_password" {`
+_KV_ANCHOR = re.compile(
+    rf"k(?:ey(?:{_SEP}|(?= oy2)|(?<=master\.key)|(?<=ion_key|ess_key)))"
+    rf"|K(?:ey(?:{_SEP}|(?= oy2)|(?<=master\.Key))|EY{_SEP})"
+    rf"|t(?:oken(?:{_SEP}|{_BLOCK}|(?<=ion_token|ess_token)))"
+    rf"|T(?:(?:oken|OKEN)(?:{_SEP}|{_BLOCK}))"
+    rf"|s(?:ecret(?:{_SEP}|{_BLOCK}|(?<=create secret)))"
+    rf"|S(?:(?:ecret|ECRET)(?:{_SEP}|{_BLOCK})|K[0-9a-fA-F]{{32}}{_BARE_END})"
+    rf"|p(?:ass(?:{_SEP}|{_BLOCK}|(?<=sshpass)|(?=word ))|wd(?:{_SEP}|{_BLOCK}))"
+    rf"|P(?:(?:ass|ASS|WD)(?:{_SEP}|{_BLOCK}))"
+    rf"|c(?:red{_SEP}|io[A-Za-z0-9]{{32}}{_BARE_END})"
+    rf"|C(?:(?:red|RED){_SEP})"
 )
 _BARE_KINDS = {"c": "crates_token", "S": "twilio_key"}
 

@@ -153,14 +153,17 @@ def _propagates(value: str) -> bool:
     return (len(value) >= 8 and classes >= 3) or (len(value) >= 12 and classes >= 2)
 
 
+_CREDENTIAL_KINDS = frozenset(KINDS) - PERSONAL_KINDS
+_DEFAULT_KINDS = {False: _CREDENTIAL_KINDS, True: _CREDENTIAL_KINDS | PERSONAL_KINDS}
+
+
 def _selected_kinds(kinds: Iterable[str] | None, personal: bool) -> frozenset[str]:
-    if kinds is None:
-        chosen = set(KINDS) - PERSONAL_KINDS
-    else:
-        chosen = set(kinds)
-        if not chosen <= set(KINDS):
-            unknown = ", ".join(sorted(chosen - set(KINDS)))
-            raise ValueError(f"unknown secret kind(s) {unknown}; known: {', '.join(KINDS)}")
+    if kinds is None:  # the common case: one redactor per trajectory, so worth keeping
+        return _DEFAULT_KINDS[personal]
+    chosen = set(kinds)
+    if not chosen <= set(KINDS):
+        unknown = ", ".join(sorted(chosen - set(KINDS)))
+        raise ValueError(f"unknown secret kind(s) {unknown}; known: {', '.join(KINDS)}")
     return frozenset(chosen | PERSONAL_KINDS if personal else chosen)
 
 

@@ -473,18 +473,50 @@ class Lake:
                 self._views = ViewCatalog(self, db)
             return self._views
 
-    def query(self, at: SnapshotRef = None) -> QuerySession:
-        """A read-only DuckDB session with a view per table, pinned to one snapshot."""
+    def query(
+        self,
+        at: SnapshotRef = None,
+        *,
+        timeout: float | None = None,
+        memory_limit: int | str | None = None,
+        threads: int | None = None,
+    ) -> QuerySession:
+        """A read-only DuckDB session with a view per table, pinned to one snapshot (limits as
+        in `sql`)."""
         from trajlake.query import QuerySession
 
-        return QuerySession(self, self.snapshot(at))
+        return QuerySession(
+            self, self.snapshot(at), timeout=timeout, memory_limit=memory_limit, threads=threads
+        )
 
-    def sql(self, query: str, *, at: SnapshotRef = None) -> QueryResult:
-        """Run read-only SQL on a pinned snapshot; convert with to_arrow/to_polars/to_pandas."""
+    def sql(
+        self,
+        query: str,
+        *,
+        at: SnapshotRef = None,
+        timeout: float | None = None,
+        memory_limit: int | str | None = None,
+        threads: int | None = None,
+    ) -> QueryResult:
+        """Run read-only SQL on a pinned snapshot; convert with to_arrow/to_polars/to_pandas.
+
+        `timeout` (seconds, default none) stops a longer query with `QueryTimeout`; Ctrl-C
+        stops it with KeyboardInterrupt. `memory_limit` (bytes or '8GB'; default min(4 GiB,
+        half the memory)) and `threads` (default min(cores, 8)) bound DuckDB; a query over the
+        limit spills to `_trajlake/sqltmp-*` where it can, else fails with `QueryOutOfMemory`.
+        """
         from trajlake._query_views import views_named_in
         from trajlake.query import QuerySession
 
-        with QuerySession(self, self.snapshot(at), views=views_named_in(query)) as session:
+        snapshot = self.snapshot(at)
+        with QuerySession(
+            self,
+            snapshot,
+            views=views_named_in(query),
+            timeout=timeout,
+            memory_limit=memory_limit,
+            threads=threads,
+        ) as session:
             return session.sql(query)
 
     def export_jsonl(
@@ -508,7 +540,8 @@ class Lake:
         where: str | None = None,
         progress: Progress | None = None,
     ) -> ExportReport:
-        """Write Harbor ATIF trajectories: a folder of `<id>.json`, or one `.jsonl` file."""
+        """Write Harbor ATIF trajectories: a folder of `<id>.json` + `manifest.jsonl`, or one
+        `.jsonl` file (see `trajlake.export.atif.export_atif`)."""
         from trajlake.export.atif import export_atif
 
         return export_atif(self, out, at=at, where=where, progress=progress)

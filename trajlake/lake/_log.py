@@ -14,7 +14,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trajlake.errors import NoSuchSnapshot, NoSuchTag, TagAlreadyExists
+from trajlake._names import check_name
+from trajlake.errors import LakeCorrupt, NoSuchSnapshot, NoSuchTag, TagAlreadyExists, UnsafeName
 from trajlake.lake._storage import MetadataStore
 from trajlake.schema import TABLES
 
@@ -22,7 +23,6 @@ LOG_DIR = ("_trajlake", "log")
 TAG_DIR = ("_trajlake", "tags")
 _HEAD = "_head.json"
 _PENDING = ("_trajlake", "pending.json")
-_TAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -76,20 +76,22 @@ class Tag:
 
 
 _LOOKS_LIKE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}")
+_ENTRY = re.compile(r"\d{20}\.json")
 
 
 def validate_tag_name(name: str) -> str:
     """Tag names become file names and must not read as another kind of snapshot reference.
 
-    Letters, digits, '.', '_' and '-' (starting with a letter or digit, ≤ 128 characters);
-    not 'latest', not all digits (a snapshot id), not a date (a timestamp).
+    The rule of every name that becomes a path (`trajlake._names.check_name`: letters, digits,
+    '.', '_' and '-', starting with a letter or digit, ≤ 128 characters, a full match so a
+    trailing newline is refused); and not 'latest', not all digits (a snapshot id), not a date
+    (a timestamp).
     """
-    valid = isinstance(name, str) and bool(_TAG_NAME.match(name))
-    if not valid or name == "latest" or name.isdigit() or _LOOKS_LIKE_TIME.match(name):
-        raise ValueError(
-            f"invalid tag name {name!r}: use letters, digits, '.', '_' or '-' (starting with a "
-            "letter or digit, at most 128 characters); 'latest', plain numbers and dates are "
-            "taken by snapshot references"
+    check_name("tag", name)
+    if name == "latest" or name.isdigit() or _LOOKS_LIKE_TIME.match(name):
+        raise UnsafeName(
+            f"invalid tag name {name!r}: 'latest', plain numbers and dates are taken by snapshot "
+            "references"
         )
     return name
 
@@ -101,6 +103,15 @@ def utc_now() -> str:
 
 def _entry_name(snapshot_id: int) -> str:
     return f"{snapshot_id:020d}.json"
+
+
+def _not_ours(path: str, what: str, error: Exception) -> LakeCorrupt:
+    """The error for a metadata file that does not parse: it names the file, so a stray one
+    (another program's output written into the lake) can be moved out."""
+    return LakeCorrupt(
+        f"{path} is not a {what} ({type(error).__name__}: {error}); if another program wrote "
+        "it, move it out of the lake, then run `trajlake validate`"
+    )
 
 
 class SnapshotLog:
@@ -115,10 +126,13 @@ class SnapshotLog:
         cached = self._cache.get(snapshot_id)
         if cached is not None:
             return cached
+        name = _entry_name(snapshot_id)
         try:
-            snap = Snapshot.from_json(self._store.read(*LOG_DIR, _entry_name(snapshot_id)))
+            snap = Snapshot.from_json(self._store.read(*LOG_DIR, name))
         except FileNotFoundError:
             raise NoSuchSnapshot(f"no snapshot {snapshot_id} in this lake") from None
+        except (ValueError, TypeError, KeyError) as e:
+            raise _not_ours(self._store.path(*LOG_DIR, name), "snapshot log entry", e) from e
         self._cache[snapshot_id] = snap
         return snap
 
@@ -131,8 +145,10 @@ class SnapshotLog:
             head = int(json.loads(self._store.read(*LOG_DIR, _HEAD))["snapshot_id"])
         except FileNotFoundError:
             head = 0
+        except (ValueError, TypeError, KeyError):
+            head = 0  # only a hint: a damaged one costs a listing of the log
         if not self._exists(head):
-            names = [n for n in self._store.list(*LOG_DIR) if n[0].isdigit()]
+            names = [n for n in self._store.list(*LOG_DIR) if _ENTRY.fullmatch(n)]
             if not names:
                 raise NoSuchSnapshot("the lake has no snapshot yet (was it initialised?)")
             head = int(names[-1].split(".")[0])
@@ -208,8 +224,22 @@ class SnapshotLog:
             return Tag(**json.loads(self._store.read(*TAG_DIR, f"{name}.json")))
         except FileNotFoundError:
             raise NoSuchTag(f"no tag named {name!r}; `trajlake tags` lists them") from None
+        except (ValueError, TypeError) as e:
+            raise _not_ours(self._store.path(*TAG_DIR, f"{name}.json"), "tag", e) from e
+
+    def tag_files(self) -> list[str]:
+        """Names of the files in the tag folder (a tag is `<name>.json`)."""
+        return list(self._store.list(*TAG_DIR))
 
     def tags(self) -> list[Tag]:
-        """All tags, by snapshot then name."""
-        names = [n[: -len(".json")] for n in self._store.list(*TAG_DIR) if n.endswith(".json")]
-        return sorted((self.get_tag(n) for n in names), key=lambda t: (t.snapshot_id, t.name))
+        """All tags, by snapshot then name (LakeCorrupt naming a file that is not a tag)."""
+        tags = []
+        for file in self.tag_files():
+            if not file.endswith(".json"):  # e.g. the temporary file of a write in flight
+                continue
+            name = file.removesuffix(".json")
+            try:
+                tags.append(self.get_tag(validate_tag_name(name)))
+            except ValueError as e:  # a file no tag name maps to
+                raise _not_ours(self._store.path(*TAG_DIR, file), "tag", e) from e
+        return sorted(tags, key=lambda t: (t.snapshot_id, t.name))

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from trajlake.errors import LakeCorrupt, NoSuchTable, SchemaMismatch, SnapshotExpired
 from trajlake.lake._delta_commit import (
@@ -28,6 +28,7 @@ from trajlake.lake._delta_commit import (
     write_data_files,
 )
 from trajlake.lake._storage import LakeLocation
+from trajlake.lake._validate import unreadable_log
 from trajlake.schema import TABLES, table_schema
 
 TABLE_CONFIGURATION = {
@@ -171,6 +172,8 @@ class TableStore:
                     )
                 except TableNotFoundError as e:
                     raise LakeCorrupt(f"table {name!r} is missing from the lake: {e}") from e
+                except DeltaError as e:
+                    raise unreadable_log(self.location, name, e) from e
                 self._handles[name] = dt
             else:
                 dt.update_incremental()

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trajlake._names import refuse_inside_lake
 from trajlake._progress import NullProgress, Progress
 from trajlake.errors import LakeAlreadyExists, TrainingError, UnsupportedStorage, missing_extra
 from trajlake.lake import open_lake
@@ -117,6 +118,8 @@ def run_loop(
     """
     path = os.fspath(lake_path)
     _check_environment(path)
+    if out is not None:  # before the lake is created: a refused run leaves nothing behind
+        refuse_inside_lake(out, path, what="report folder")
     started = time.perf_counter()
     with open_lake(path, create=True) as lake:  # closing waits for background maintenance
         return _run(lake, quick=quick, seed=seed, out=out, progress=progress, start=started)

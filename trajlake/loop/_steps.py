@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trajlake._names import check_name
 from trajlake.credit import run_credit
 from trajlake.records import rows_for_table
 from trajlake.synth import PolicyParams, SynthBatch, synth_turns
@@ -305,11 +306,11 @@ def register_policy(
     metrics: dict[str, Any],
 ) -> str:
     """Save the policy's logits to `path` and add it to `models` (kind `policy`); its id."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(policy.to_dict(), indent=2, sort_keys=True)
-    path.write_text(text + "\n", encoding="utf-8")
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-    model_id = f"{policy.name}-s{training_snapshot}-{digest}"
+    model_id = check_name("model id", f"{policy.name}-s{training_snapshot}-{digest}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n", encoding="utf-8")
     row = {
         "model_id": model_id,
         "name": policy.name,

@@ -1,19 +1,22 @@
 """Forwarding for the proxy: relays bytes unchanged, reads decoded copies for the recorder.
 
-Header filtering, body decoding, end-of-stream detection and the upstream client (aiohttp,
-imported lazily).
+Header filtering, body decoding (bounded by the server's decoded-size limit), end-of-stream
+detection and the upstream client (aiohttp, imported lazily).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from trajlake._http_limits import BodyTooLarge, decoded_limit
 from trajlake.proxy.dialects import StreamAssembler
+from trajlake.proxy.spool import SpoolError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -127,19 +130,53 @@ def _decompressor(encoding: str | None) -> _Decompressor | None:
     raise ValueError(f"cannot decode Content-Encoding {encoding!r}")
 
 
-def decode_body(data: bytes, encoding: str | None) -> bytes:
-    """A decoded copy of a whole body (gzip, deflate, zstd or identity)."""
+def decode_body(data: bytes, encoding: str | None, limit: int | None = None) -> bytes:
+    """A decoded copy of a whole body (gzip, deflate, zstd or identity).
+
+    Decoding stops past `limit` bytes (default: the decoded-size limit of the request being
+    served, `ServerLimits.max_decoded_bytes`), so a small compressed bomb never inflates.
+
+    Raises:
+        BodyTooLarge: The decoded body would exceed `limit`.
+        ValueError: The body is corrupt or in a coding that cannot be decoded.
+    """
     decompressor = _decompressor(encoding)
     if decompressor is None:
         return data
+    limit = decoded_limit() if limit is None else limit
     try:
-        return decompressor.decompress(data)
+        if isinstance(decompressor, type(zlib.decompressobj())):
+            plain = decompressor.decompress(data, limit + 1)
+        else:
+            plain = _zstd_bounded(data, limit + 1)
     except Exception as e:  # zlib.error / zstandard.ZstdError: a corrupt body is bad data
         raise ValueError(f"cannot decode the {encoding} body: {e}") from e
+    if len(plain) > limit:
+        raise BodyTooLarge(limit, f"the decoded ({encoding}) body")
+    return plain
+
+
+def _zstd_bounded(data: bytes, most: int) -> bytes:
+    """At most `most` decoded bytes: zstd's one-shot decompressobj has no output bound."""
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    parts, size = [], 0
+    while size < most:
+        part = reader.read(min(most - size, 1 << 20))
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
 
 
 def json_copy(data: bytes, encoding: str | None) -> tuple[Any, str | None]:
-    """(the body parsed as JSON, None) or (its text / None, what went wrong)."""
+    """(the body parsed as JSON, None) or (its text / None, what went wrong).
+
+    Raises:
+        BodyTooLarge: Decoded, the body would exceed the decoded-size limit.
+    """
     try:
         plain = decode_body(data, encoding)
     except ValueError as e:
@@ -148,17 +185,35 @@ def json_copy(data: bytes, encoding: str | None) -> tuple[Any, str | None]:
         return json.loads(plain), None
     except ValueError as e:
         return plain.decode("utf-8", errors="replace"), f"the body is not JSON: {e}"
+    except RecursionError:  # forwarded as sent; the upstream answers it
+        return plain.decode("utf-8", errors="replace"), "the body's JSON nests too deeply"
 
 
 class StreamDecoder:
-    """Decodes a streamed body piece by piece (for the recorder's copy)."""
+    """Decodes a streamed body piece by piece (for the recorder's copy), up to `limit` bytes
+    in all (default: the decoded-size limit of the request being served)."""
 
-    def __init__(self, encoding: str | None) -> None:
+    def __init__(self, encoding: str | None, limit: int | None = None) -> None:
         self._decompressor = _decompressor(encoding)
+        self._left = decoded_limit() if limit is None else limit
+        self._limit = self._left
 
     def feed(self, chunk: bytes) -> bytes:
-        """The decoded bytes of the next piece."""
-        return chunk if self._decompressor is None else self._decompressor.decompress(chunk)
+        """The decoded bytes of the next piece.
+
+        Raises:
+            ValueError: The decoded stream exceeds its limit.
+        """
+        if self._decompressor is None:
+            return chunk
+        if isinstance(self._decompressor, type(zlib.decompressobj())):
+            plain = self._decompressor.decompress(chunk, self._left + 1)
+        else:
+            plain = self._decompressor.decompress(chunk)
+        self._left -= len(plain)
+        if self._left < 0:
+            raise ValueError(f"the decoded stream exceeds {self._limit} bytes (max_decoded_bytes)")
+        return plain
 
 
 # The event that ends a stream, per dialect, with or without an `event:` line.
@@ -241,9 +296,13 @@ class Call:
     stream: bool
     recorded: bool = False
     failed: bool = False
+    size: int = 0
+    """Bytes of the request body (big calls are recorded off the event loop)."""
+    response_bytes: int = 0
+    """Bytes of the (decoded) response read so far."""
 
 
-Record = Callable[[Call, Any, "int | None", "str | None"], None]
+Record = Callable[[Call, Any, "int | None", "str | None"], Awaitable[None]]
 
 
 def json_error(status: int, kind: str, message: str) -> web.Response:
@@ -256,7 +315,7 @@ def json_error(status: int, kind: str, message: str) -> web.Response:
 class Forwarder:
     """Relays requests to the upstream through one pooled session; reports each model call.
 
-    `record(call, response, status, error)` is called once per model call, before the
+    `record(call, response, status, error)` is awaited once per model call, before the
     response's last event reaches the client.
     """
 
@@ -283,9 +342,11 @@ class Forwarder:
         yield
         await self._session.close()
 
-    def _record(self, call: Call, response: Any, status: int | None, error: str | None) -> None:
+    async def _record(
+        self, call: Call, response: Any, status: int | None, error: str | None
+    ) -> None:
         call.recorded, call.failed = True, error is not None
-        self._record_call(call, response, status, error)
+        await self._record_call(call, response, status, error)
 
     def _url(self, request: web.Request, path: str) -> str:
         query = request.query_string
@@ -298,14 +359,17 @@ class Forwarder:
         headers = forwarded_request_headers(request.headers.items())
         try:
             upstream = await self._session_or_fail().request(
-                request.method, self._url(request, call.endpoint), data=raw, headers=headers
+                request.method,
+                self._url(request, call.endpoint),
+                data=_payload(raw),
+                headers=headers,
             )
         except TimeoutError:
             message = f"the upstream did not answer within {self.timeout_s:g} s"
-            self._record(call, None, 504, "upstream timeout")
+            await self._record(call, None, 504, "upstream timeout")
             return json_error(504, "upstream_timeout", message)
         except aiohttp.ClientError as e:
-            self._record(call, None, 502, f"upstream unreachable: {e}")
+            await self._record(call, None, 502, f"upstream unreachable: {e}")
             return json_error(502, "upstream_unreachable", f"cannot reach the upstream: {e}")
         async with upstream:
             kind = upstream.headers.get("Content-Type", "")
@@ -314,14 +378,18 @@ class Forwarder:
             try:
                 data = await upstream.read()
             except TimeoutError:
-                self._record(call, None, 504, "upstream timeout")
+                await self._record(call, None, 504, "upstream timeout")
                 return json_error(504, "upstream_timeout", "the upstream stopped answering")
             except aiohttp.ClientError as e:
-                self._record(call, None, 502, f"upstream connection lost: {e}")
+                await self._record(call, None, 502, f"upstream connection lost: {e}")
                 return json_error(502, "upstream_unreachable", f"upstream connection lost: {e}")
-            parsed, _ = json_copy(data, upstream.headers.get("Content-Encoding"))
+            try:
+                parsed, _ = json_copy(data, upstream.headers.get("Content-Encoding"))
+            except BodyTooLarge:  # relayed as it is; only the recorder's copy is dropped
+                parsed = None
             failed = f"upstream returned HTTP {upstream.status}" if upstream.status >= 400 else None
-            self._record(call, parsed, upstream.status, failed)
+            call.response_bytes = len(data)
+            await self._record(call, parsed, upstream.status, failed)
             out_headers = relayed_response_headers(upstream.headers.items())
             return web.Response(status=upstream.status, body=data, headers=_multi(out_headers))
 
@@ -344,9 +412,10 @@ class Forwarder:
             await out.prepare(request)
             async for chunk in upstream.content.iter_any():
                 plain = decoder.feed(chunk)
+                call.response_bytes += len(plain)
                 assembler.feed(plain)
                 if not call.recorded and end.feed(plain):
-                    self._record(call, _assembled(assembler), upstream.status, None)
+                    await self._record(call, _assembled(assembler), upstream.status, None)
                 await out.write(chunk)
         except ConnectionResetError:
             error = "client disconnected"
@@ -354,9 +423,12 @@ class Forwarder:
             error = "upstream timeout mid-stream"
         except (aiohttp.ClientError, ValueError) as e:
             error = f"upstream stream broken: {e}"
+        except SpoolError as e:  # not durable: cut before the final event, never answered
+            error = f"not recorded: {e}"
         if not call.recorded:
             error = error or "the stream ended before its final event"
-            self._record(call, _assembled(assembler), upstream.status, error)
+            with contextlib.suppress(SpoolError):  # failing anyway: the stream is cut
+                await self._record(call, _assembled(assembler), upstream.status, error)
         if error is None:
             with contextlib.suppress(ConnectionResetError):
                 await out.write_eof()
@@ -372,7 +444,7 @@ class Forwarder:
         headers = forwarded_request_headers(request.headers.items())
         try:
             async with self._session_or_fail().request(
-                request.method, self._url(request, path), data=raw or None, headers=headers
+                request.method, self._url(request, path), data=_payload(raw), headers=headers
             ) as upstream:
                 data = await upstream.read()
                 out_headers = _multi(relayed_response_headers(upstream.headers.items()))
@@ -386,6 +458,14 @@ class Forwarder:
         if self._session is None:
             raise RuntimeError("the proxy application is not running")
         return self._session
+
+
+def _payload(raw: bytes) -> bytes | io.BytesIO | None:
+    """The body as the client library wants it: large ones as a file, which it sends in parts
+    (raw bytes past 1 MiB make aiohttp warn that the loop could block)."""
+    if not raw:
+        return None
+    return io.BytesIO(raw) if len(raw) > 1 << 20 else raw
 
 
 def _multi(pairs: list[tuple[str, str]]) -> Any:

@@ -76,6 +76,8 @@ class RolloutMeta:
         harness: Harness name (default `trajlake-proxy`).
         outcome: `{"resolved"?, "reward"?, "rewards"?, "details"?}` as posted.
         status: completed / truncated / error / timeout, or `aborted` (stored as error).
+        exit_reason: Stored as `exit_reason` (default: the status as given).
+        closed: Why the proxy finished the rollout itself, if it did (`attrs.proxy.closed`).
     """
 
     rollout_id: str
@@ -85,6 +87,8 @@ class RolloutMeta:
     harness: str | None = None
     outcome: dict[str, Any] | None = None
     status: str | None = None
+    exit_reason: str | None = None
+    closed: str | None = None
 
 
 @dataclass
@@ -327,6 +331,7 @@ def _trajectory(
         "failed_calls": sum(1 for c in calls if c.output is None),
         "dialects": sorted({c.dialect for c in calls}),
         "outcome_details": (meta.outcome or {}).get("details"),
+        "closed": meta.closed,
     }
     return {
         "trajectory_id": meta.rollout_id,
@@ -338,7 +343,7 @@ def _trajectory(
         "started_at": min((c.started_at for c in calls), default=None),
         "ended_at": max((_ended(c) for c in calls), default=None),
         "status": _status(meta.status),
-        "exit_reason": meta.status,
+        "exit_reason": meta.exit_reason or meta.status,
         **_outcome(meta.outcome),
         "prompt_tokens": prompt,
         "completion_tokens": completion,

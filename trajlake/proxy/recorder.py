@@ -1,7 +1,22 @@
 """Rollout state of the recording proxy: calls, outcomes and finishes, spooled, then committed.
 
-The event loop only appends to memory and the spool; a background thread reconstructs finished
-rollouts, redacts them and commits trajectories, messages and calls in one snapshot per batch.
+The event loop keeps the state; a background thread (`_committer`) reconstructs finished
+rollouts, redacts them and commits them in one snapshot per batch. A call is answered only once
+its record is spooled: `begin_call` spools the request before it is forwarded and `end_call` the
+answer before its last byte is sent, and both raise `SpoolError` when they cannot. `tick` (run by
+the server every few seconds) closes idle rollouts and rewrites the spool without what is
+committed.
+
+Big calls (`offload_bytes`, 64 KiB) are recorded off the event loop (`begin_call_async`,
+`end_call_async`, through `_offload`): redacting, encoding and writing one 16 MiB request took
+the loop a third of a second. One dedicated worker thread does that work in submission order;
+the loop applies its result to the state, which is only ever changed on the loop. While a
+rollout has work on the worker, all its later events go there too (small ones included), so its
+spool lines keep their order and its redactor is used by one thread at a time; `settled` waits
+for that work (outcome and finish wait for it), and `tick` does not rewrite the spool while any
+work is pending (its event would not be in the state yet). The worker shares the GIL: single
+long C calls (one regex scan or one `json.loads` of a huge text) still hold the loop for their
+duration (≈ 40 ms for 16 MiB), but no longer the whole recording.
 """
 
 from __future__ import annotations
@@ -12,27 +27,31 @@ import itertools
 import json
 import logging
 import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trajlake.ingest.redact import AllowList, Redactor, redact_json, redact_trajectory
-from trajlake.proxy.spool import Spool, SpoolError, replay
-from trajlake.records import rows_for_table, trajectories_to_tables
-from trajlake.schema import CanonicalTrajectory
+from trajlake.ingest.redact import AllowList, Redactor, redact_json
+from trajlake.proxy._committer import IDLE_CLOSED, Committer, FinishedRollout, build_rollout
+from trajlake.proxy._offload import Offload, Queue
+from trajlake.proxy.spool import ReplayedRollout, Spool, SpoolError, finish_event, replay
 
 if TYPE_CHECKING:
     from trajlake.lake._lake import Lake
-    from trajlake.proxy.reconstruct import RecordedCall
 
-__all__ = ["CallTicket", "FinishedRollout", "Recorder", "build_rollout"]
+__all__ = ["IDLE_CLOSED", "CallTicket", "FinishedRollout", "Recorder", "build_rollout"]
 
 log = logging.getLogger(__name__)
 
 META_KEYS = ("task_id", "generation", "run_id", "harness")
+DEFAULT_IDLE_CLOSE_S = 1800.0
+DEFAULT_OFFLOAD_BYTES = 64 * 1024
+"""Calls with bodies at least this large are recorded on the worker thread (a smaller call's
+redaction and write take less than the hop to the worker and back)."""
+"""An open rollout with no call for this long is closed and committed (status `error`)."""
+_UNSET: Any = object()
 
 
 @dataclass(frozen=True)
@@ -44,6 +63,21 @@ class CallTicket:
     seq: int
     started_at: dt.datetime
     started: float  # perf_counter at arrival
+    request_spooled: bool = False
+    """The (redacted) request is in the spool already: the answer's record omits it."""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What `end_call` is told about a completed call."""
+
+    dialect: str
+    endpoint: str
+    stream: bool
+    request: Any
+    response: Any
+    status_code: int | None
+    error: str | None
 
 
 @dataclass
@@ -60,12 +94,35 @@ class _Rollout:
     history, which is then redacted once and reads the same in every spooled call."""
     redactions: int = 0
     """Replacements made before spooling (each distinct text counted once)."""
+    sent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Spooled request events of the calls in flight (carried on rotation)."""
+    last_active: float = field(default_factory=time.time)
+    """Wall-clock time of the rollout's last event (for the idle close)."""
+    queued: Queue = field(default_factory=list)
+    """Its work on the recorder's worker thread, not applied yet (oldest first)."""
 
     def redact(self, value: Any) -> Any:
         """A redacted copy of a request, response or outcome (the original is forwarded)."""
         copy, found = redact_json(value, self.redactor, self.redacted)
         self.redactions += found
         return copy
+
+    def records(self) -> list[dict[str, Any]]:
+        """Its spool events (calls, requests in flight, outcome), to carry into a new file."""
+        out = [*self.calls, *self.sent.values()]
+        if self.outcome is not None:
+            out.append({"kind": "outcome", "rollout_id": self.rollout_id, "outcome": self.outcome})
+        return out
+
+
+def _last_active(records: list[dict[str, Any]]) -> float:
+    """When a restored rollout last saw a call: its last answer's time (else now)."""
+    ends = []
+    for r in records:
+        with contextlib.suppress(TypeError, ValueError):
+            started = dt.datetime.fromisoformat(r["started_at"]).timestamp()
+            ends.append(started + float(r.get("latency_ms") or 0.0) / 1000.0)
+    return max(ends, default=time.time())
 
 
 class Recorder:
@@ -75,19 +132,27 @@ class Recorder:
 
     Args:
         lake: The lake to commit into.
-        spool_dir: Directory of the write-ahead spool (replayed by `start`).
+        spool_dir: Directory of the write-ahead spool (replayed by `start`; 0700, files 0600).
         batch_size: Most rollouts per commit.
         max_seconds: How long a finished rollout waits for others to share its commit.
-        fsync: fsync every spooled line (power-loss safe; a killed process loses nothing
+        fsync: fsync every spooled call (power-loss safe; a killed process loses nothing
             either way).
         run_id: Names the rollouts of calls that carry no rollout id.
-        rotate_bytes: Once the spool file is this large and everything in it is committed,
-            the spool continues in a new file and the old one is deleted.
+        rotate_bytes: Once the spool file is this large (and twice what it held after its last
+            rewrite), `tick` rewrites it with only what is not committed yet. A spool whose
+            every rollout is committed starts over after each commit, whatever its size.
         redact_personal: Also replace personal data (e-mail addresses, phone numbers).
         allow_list: Values never redacted.
+        idle_close_s: An open rollout without a call for this long is finished by `tick` with
+            status `error`, `exit_reason` `idle_closed` and `attrs.proxy.closed` saying why
+            (None or 0: never).
+        offload_bytes: Calls with bodies this large (bytes) are recorded on the worker thread
+            by `begin_call_async`/`end_call_async` (default 64 KiB).
 
     Requests, responses, errors and outcomes are redacted before they are spooled, so the
     spool holds no secret in clear either (placeholders numbered per rollout, as in the lake).
+    Rollouts already in the lake (proxy trajectories) count as finished: calls for them are
+    refused, also after a restart.
     """
 
     def __init__(
@@ -102,19 +167,25 @@ class Recorder:
         rotate_bytes: int = 64 * 2**20,
         redact_personal: bool = False,
         allow_list: AllowList | None = None,
+        idle_close_s: float | None = DEFAULT_IDLE_CLOSE_S,
+        offload_bytes: int = DEFAULT_OFFLOAD_BYTES,
     ) -> None:
         if batch_size < 1 or max_seconds <= 0:
             raise ValueError("batch_size must be >= 1 and max_seconds > 0")
+        if idle_close_s is not None and idle_close_s < 0:
+            raise ValueError("idle_close_s must be >= 0 (0 or None: never close idle rollouts)")
+        self._offload = Offload(offload_bytes)
         self.lake = lake
         self._redact_personal, self._allow_list = redact_personal, allow_list
+        self.idle_close_s = idle_close_s or None
         self.spool = Spool(spool_dir, fsync=fsync)
-        self._rotate_bytes = rotate_bytes
+        self._rotate_bytes, self._rewritten_bytes = rotate_bytes, 0
         self._committer = Committer(
             lake, self.spool, batch_size, max_seconds, after_commit=self._maybe_rotate
         )
         self._rollouts: dict[str, _Rollout] = {}
         self._closed: set[str] = set()
-        """Rollouts finished by this process (or replayed finished): their ids are spent."""
+        """Spent rollout ids: finished here, replayed finished, or committed to the lake."""
         self._auto = itertools.count(1)
         stem = self.spool.path.stem.removeprefix("calls-")
         self._auto_prefix = f"auto-{run_id or 'proxy'}-{stem}"
@@ -123,36 +194,101 @@ class Recorder:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> int:
-        """Replay orphaned spool files, then start committing; returns rollouts restored."""
+        """Replay orphaned spool files, load the finished ids, start committing; returns
+        rollouts restored."""
         if self._started:
             return 0
-        pending = replay(self.spool)
-        for r in pending:
-            records = sorted(r.calls.values(), key=lambda c: int(c.get("seq", 0)))
-            meta = dict(records[-1].get("meta") or {}) if records else {}
-            state = _Rollout(r.rollout_id, self._redactor(), meta, records, r.outcome)
-            # New secrets of a restored rollout are numbered after those already spooled.
-            state.redactions = state.redactor.reserve(
-                [json.dumps([records, r.outcome], default=str)]
-            )
-            state.next_seq = 1 + max((int(c.get("seq", 0)) for c in records), default=-1)
-            if r.finished:
-                self._closed.add(r.rollout_id)
-                self._committer.submit(self._finished(state, r.status))
-            else:
-                self._rollouts[r.rollout_id] = state
+        found = replay(self.spool)
+        self._closed |= found.committed | self._committed_in_lake()
+        for r in found.pending:
+            self._restore(r)
         self._committer.start()
         self._started = True
-        return len(pending)
+        return len(found.pending)
+
+    def _committed_in_lake(self) -> set[str]:
+        """Ids of the proxy's trajectories in the lake (two columns of one table, read once)."""
+        import pyarrow.compute as pc
+
+        from trajlake.proxy.reconstruct import SOURCE_FORMAT
+
+        started = time.perf_counter()
+        table = self.lake.read_table("trajectories", columns=["trajectory_id", "source_format"])
+        mine = table.filter(pc.equal(table.column("source_format"), SOURCE_FORMAT))
+        ids = set(mine.column("trajectory_id").to_pylist())
+        log.debug(
+            "%d finished rollout id(s) loaded in %.3f s", len(ids), time.perf_counter() - started
+        )
+        return ids
+
+    def _restore(self, r: ReplayedRollout) -> None:
+        records = sorted(r.calls.values(), key=lambda c: int(c.get("seq", 0)))
+        meta = dict(records[-1].get("meta") or {}) if records else {}
+        state = _Rollout(r.rollout_id, self._redactor(), meta, records, r.outcome)
+        # New secrets of a restored rollout are numbered after those already spooled.
+        state.redactions = state.redactor.reserve([json.dumps([records, r.outcome], default=str)])
+        state.next_seq = 1 + max((int(c.get("seq", 0)) for c in records), default=-1)
+        state.last_active = _last_active(records)
+        if r.finished:
+            self._closed.add(r.rollout_id)
+            self._committer.submit(self._finished(state, r.status, r.closed))
+        else:
+            self._rollouts[r.rollout_id] = state
 
     def _nothing_pending(self) -> bool:
         stats = self._committer.stats()
-        return not self._rollouts and self._committer.empty() and not stats["failed_rollouts"]
+        idle = not self._rollouts and not self._offload.pending
+        return idle and self._committer.empty() and not stats["failed_rollouts"]
 
     def _maybe_rotate(self) -> None:
         """After a commit: a spool whose every rollout is in the lake starts over."""
         with contextlib.suppress(SpoolError):
-            self.spool.rotate(self._rotate_bytes, self._nothing_pending)
+            if self.spool.rotate(1, lambda: [] if self._nothing_pending() else None):
+                self._rewritten_bytes = 0
+
+    def _live_records(self) -> list[dict[str, Any]]:
+        """Every spool event still needed: open rollouts and finished ones not committed."""
+        out = [e for state in self._rollouts.values() for e in state.records()]
+        out += [e for item in self._committer.pending() for e in item.records()]
+        return out
+
+    def tick(self) -> None:
+        """Close idle rollouts, then rewrite a large spool without what is committed."""
+        self._close_idle()
+        if self._offload.pending:  # an event being spooled there is not in the state yet: later
+            return
+        threshold = max(self._rotate_bytes, 2 * self._rewritten_bytes)
+        try:
+            if self.spool.rotate(threshold, self._live_records):
+                self._rewritten_bytes = self.spool.size
+                log.info("spool rewritten: %d byte(s) still needed", self.spool.size)
+        except SpoolError as e:
+            log.error("%s", e)
+
+    def _close_idle(self) -> None:
+        if self.idle_close_s is None:
+            return
+        now = time.time()
+        for rid, state in list(self._rollouts.items()):
+            if state.inflight or state.queued or now - state.last_active < self.idle_close_s:
+                continue
+            if not state.calls:  # an outcome without calls: nothing to commit
+                log.warning("dropped idle rollout %r: it has an outcome but no calls", rid)
+                del self._rollouts[rid]
+                continue
+            reason = f"no call for {self.idle_close_s:g} s: closed by the proxy"
+            try:
+                self.finish(rid, "error", closed=reason)
+            except SpoolError as e:
+                log.error("cannot close idle rollout %r: %s", rid, e)
+                continue
+            log.warning("closed idle rollout %r (%s)", rid, reason)
+
+    @property
+    def tick_seconds(self) -> float:
+        """How often the server should call `tick`."""
+        idle = self.idle_close_s
+        return 5.0 if idle is None else min(5.0, max(0.05, idle / 4))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Commit every finished rollout now; False when the timeout ran out first."""
@@ -160,6 +296,7 @@ class Recorder:
 
     def close(self, timeout: float | None = 60.0) -> None:
         """Commit what is finished and stop; unfinished rollouts stay in the spool."""
+        self._offload.close()  # a record being written finishes first
         self._committer.close(timeout)
         self.spool.close(remove=self._nothing_pending())
 
@@ -169,6 +306,7 @@ class Recorder:
         return {
             "open_rollouts": len(self._rollouts),
             "inflight_calls": sum(r.inflight for r in self._rollouts.values()),
+            "spool_bytes": self.spool.size,
             **self._committer.stats(),
         }
 
@@ -188,20 +326,123 @@ class Recorder:
         return f"{self._auto_prefix}-{next(self._auto)}"
 
     def is_finished(self, rollout_id: str) -> bool:
-        """The rollout was finished here: a new call must use a new rollout id (its committed
-        trajectory would not change, and the calls would belong to no trajectory)."""
+        """The rollout was finished (here, before a restart, or by the idle close): a new call
+        must use a new rollout id (its committed trajectory would not change, and the calls
+        would belong to no trajectory)."""
         return rollout_id in self._closed
 
-    def begin_call(self, rollout_id: str, meta: Mapping[str, Any]) -> CallTicket:
-        """Register a call arriving for `rollout_id`; tags in `meta` fill the rollout's gaps."""
+    def begin_call(
+        self,
+        rollout_id: str,
+        meta: Mapping[str, Any],
+        *,
+        request: Any = _UNSET,
+        dialect: str = "",
+        endpoint: str = "",
+        stream: bool = False,
+    ) -> CallTicket:
+        """Register a call arriving for `rollout_id`; tags in `meta` fill the rollout's gaps.
+
+        With `request`, it is spooled now, before the call is forwarded. (The server uses
+        `begin_call_async`; the two are not meant to be mixed for one rollout.)
+
+        Raises:
+            SpoolError: The request cannot be spooled: refuse the call (nothing is kept).
+        """
+        state, ticket, fresh = self._open_call(rollout_id, meta, request is not _UNSET)
+        if ticket.request_spooled:
+            try:
+                event = self._spool_request(state, ticket, request, dialect, endpoint, stream)
+            except SpoolError:
+                self._not_opened(state, ticket, fresh)
+                raise
+            state.sent[ticket.call_id] = event
+        return ticket
+
+    async def begin_call_async(
+        self,
+        rollout_id: str,
+        meta: Mapping[str, Any],
+        *,
+        request: Any,
+        dialect: str,
+        endpoint: str,
+        stream: bool,
+        size: int,
+    ) -> CallTicket:
+        """`begin_call` with the request, spooled on the worker thread when the call is big
+        (`size`: its body's bytes) or its rollout has work there; returns once it is spooled.
+
+        Raises:
+            SpoolError: The request cannot be spooled: refuse the call (nothing is kept).
+        """
+        state, ticket, fresh = self._open_call(rollout_id, meta, True)
+
+        big = size >= self._offload.offload_bytes
+
+        def work() -> dict[str, Any]:
+            return self._spool_request(state, ticket, request, dialect, endpoint, stream, big)
+
+        def applied(event: dict[str, Any]) -> None:
+            state.sent[ticket.call_id] = event
+
+        await self._offload.run(
+            state.queued, size, work, applied, lambda: self._not_opened(state, ticket, fresh)
+        )
+        return ticket
+
+    def _open_call(
+        self, rollout_id: str, meta: Mapping[str, Any], spooled: bool
+    ) -> tuple[_Rollout, CallTicket, bool]:
+        """The call's ticket and place in its rollout (counted in flight from now on)."""
+        fresh = rollout_id not in self._rollouts
         state = self._state(rollout_id)
         for key in META_KEYS:
             if state.meta.get(key) is None and meta.get(key) is not None:
                 state.meta[key] = meta[key]
-        seq, state.next_seq = state.next_seq, state.next_seq + 1
-        state.inflight += 1
         now = dt.datetime.now(dt.timezone.utc)
-        return CallTicket(uuid.uuid4().hex, rollout_id, seq, now, time.perf_counter())
+        ticket = CallTicket(
+            uuid.uuid4().hex, rollout_id, state.next_seq, now, time.perf_counter(), spooled
+        )
+        state.next_seq += 1
+        state.inflight += 1
+        state.last_active = time.time()
+        return state, ticket, fresh
+
+    def _spool_request(
+        self,
+        state: _Rollout,
+        ticket: CallTicket,
+        request: Any,
+        dialect: str,
+        endpoint: str,
+        stream: bool,
+        big: bool = False,
+    ) -> dict[str, Any]:
+        """Redact and spool the request event (the costly part of `begin_call`)."""
+        event = {
+            "kind": "request",
+            "rollout_id": ticket.rollout_id,
+            "call_id": ticket.call_id,
+            "seq": ticket.seq,
+            "dialect": dialect,
+            "endpoint": endpoint,
+            "stream": stream,
+            "started_at": ticket.started_at.isoformat(),
+            "request": state.redact(request),
+        }
+        # The answer's record is the one synced; a big one is encoded in pieces (see `Spool`).
+        self.spool.append(event, sync=False, in_pieces=big)
+        return event
+
+    def _not_opened(self, state: _Rollout, ticket: CallTicket, fresh: bool) -> None:
+        """Undo `_open_call` for a call whose request could not be spooled."""
+        state.inflight = max(0, state.inflight - 1)
+        if state.next_seq == ticket.seq + 1:
+            state.next_seq = ticket.seq
+        idle = not state.calls and state.outcome is None and not state.inflight
+        if fresh and idle and self._rollouts.get(ticket.rollout_id) is state:
+            del self._rollouts[ticket.rollout_id]
 
     def end_call(
         self,
@@ -215,36 +456,112 @@ class Recorder:
         status_code: int | None,
         error: str | None,
     ) -> None:
-        """Spool and keep a completed (or failed) call; call before its last byte is sent."""
+        """Spool and keep a completed (or failed) call; call before its last byte is sent.
+
+        Raises:
+            SpoolError: The record cannot be spooled: the call must fail (a 5xx, or a stream
+                cut before its end). It is kept in memory as a failed call without response.
+        """
+        answer = _Answer(dialect, endpoint, stream, request, response, status_code, error)
+        state, sent, latency_ms = self._close_call(ticket)
+        kept, failure = self._spool_answer(state, ticket, sent, latency_ms, answer)
+        state.calls.append(kept)
+        if failure is not None:
+            raise failure
+
+    async def end_call_async(
+        self,
+        ticket: CallTicket,
+        *,
+        dialect: str,
+        endpoint: str,
+        stream: bool,
+        request: Any,
+        response: Any,
+        status_code: int | None,
+        error: str | None,
+        size: int,
+    ) -> None:
+        """`end_call`, recorded on the worker thread when the call is big (`size`: its bodies'
+        bytes) or its rollout has work there; returns once the record is spooled.
+
+        Raises:
+            SpoolError: As for `end_call`.
+        """
+        answer = _Answer(dialect, endpoint, stream, request, response, status_code, error)
+        state, sent, latency_ms = self._close_call(ticket)
+
+        big = size >= self._offload.offload_bytes
+
+        def work() -> tuple[dict[str, Any], SpoolError | None]:
+            return self._spool_answer(state, ticket, sent, latency_ms, answer, big)
+
+        def applied(result: tuple[dict[str, Any], SpoolError | None]) -> None:
+            state.calls.append(result[0])
+
+        _, failure = await self._offload.run(state.queued, size, work, applied)
+        if failure is not None:
+            raise failure
+
+    def _close_call(self, ticket: CallTicket) -> tuple[_Rollout, dict[str, Any] | None, float]:
+        """The call's rollout, its spooled request event (if any) and its latency in ms."""
         state = self._rollouts.get(ticket.rollout_id)
         if state is None:  # finished while the call was in flight
             state = self._state(ticket.rollout_id)
         else:
             state.inflight = max(0, state.inflight - 1)
+        state.last_active = time.time()
+        sent = state.sent.pop(ticket.call_id, None)
+        return state, sent, (time.perf_counter() - ticket.started) * 1000.0
+
+    def _spool_answer(
+        self,
+        state: _Rollout,
+        ticket: CallTicket,
+        sent: dict[str, Any] | None,
+        latency_ms: float,
+        answer: _Answer,
+        big: bool = False,
+    ) -> tuple[dict[str, Any], SpoolError | None]:
+        """Redact and spool the call record (the costly part of `end_call`): the record to
+        keep, and the error when it could not be spooled (then kept as a failed call)."""
         record = {
             "kind": "call",
             "rollout_id": ticket.rollout_id,
             "call_id": ticket.call_id,
             "seq": ticket.seq,
-            "dialect": dialect,
-            "endpoint": endpoint,
-            "stream": stream,
-            "status_code": status_code,
-            "error": state.redact(error),
+            "dialect": answer.dialect,
+            "endpoint": answer.endpoint,
+            "stream": answer.stream,
+            "status_code": answer.status_code,
+            "error": state.redact(answer.error),
             "started_at": ticket.started_at.isoformat(),
-            "latency_ms": (time.perf_counter() - ticket.started) * 1000.0,
+            "latency_ms": latency_ms,
             "meta": state.meta,
-            "request": state.redact(request),
-            "response": state.redact(response),
+            "request": sent["request"] if sent is not None else state.redact(answer.request),
         }
-        self._spool(record)
-        state.calls.append(record)
-
-    def _spool(self, record: Mapping[str, Any]) -> None:
+        record["response"] = state.redact(answer.response)
         try:
-            self.spool.append(record)
-        except SpoolError as e:  # availability first: the call is still answered and kept
-            log.error("%s", e)
+            self._spool_call(record, sent is not None, big)
+        except SpoolError as e:
+            failed = {**record, "response": None, "error": f"the proxy could not record it: {e}"}
+            with contextlib.suppress(SpoolError):  # small: it may fit where the answer did not
+                self._spool_call(failed, sent is not None)
+            log.error("refusing a call the proxy could not record: %s", e)
+            return failed, e
+        return record, None
+
+    def _spool_call(self, record: dict[str, Any], request_spooled: bool, big: bool = False) -> None:
+        if request_spooled:
+            record = {k: v for k, v in record.items() if k != "request"}
+        self.spool.append(record, in_pieces=big)
+
+    async def settled(self, rollout_id: str) -> None:
+        """Wait until the rollout's work on the worker thread is done and applied (before
+        spooling its outcome or finish, which must come after its calls)."""
+        state = self._rollouts.get(rollout_id)
+        if state is not None:
+            await self._offload.settled(state.queued)
 
     def inflight(self, rollout_id: str) -> int:
         """Calls of the rollout that have arrived and not completed yet."""
@@ -254,35 +571,49 @@ class Recorder:
     # ------------------------------------------------------------------ outcome / finish
 
     def set_outcome(self, rollout_id: str, outcome: Mapping[str, Any]) -> None:
-        """Attach {resolved?, reward?, details?} to a rollout (a later post replaces it)."""
+        """Attach {resolved?, reward?, details?} to a rollout (a later post replaces it).
+
+        Raises:
+            SpoolError: It cannot be spooled (the rollout keeps its previous outcome).
+        """
         state = self._state(rollout_id)
-        state.outcome = state.redact(dict(outcome))
-        self._spool({"kind": "outcome", "rollout_id": rollout_id, "outcome": state.outcome})
+        redacted = state.redact(dict(outcome))
+        self.spool.append({"kind": "outcome", "rollout_id": rollout_id, "outcome": redacted})
+        state.outcome = redacted
+        state.last_active = time.time()
 
     def has_calls(self, rollout_id: str) -> bool:
         """Whether any call of this open rollout has been recorded."""
         state = self._rollouts.get(rollout_id)
         return state is not None and bool(state.calls)
 
-    def finish(self, rollout_id: str, status: str | None = None) -> int:
+    def finish(
+        self, rollout_id: str, status: str | None = None, *, closed: str | None = None
+    ) -> int:
         """Close a rollout and queue it for commit; returns its number of calls.
+
+        Args:
+            rollout_id: The rollout.
+            status: Its status (see `RolloutMeta.status`).
+            closed: Why the proxy closes it itself (stored in `attrs.proxy.closed`).
 
         Raises:
             KeyError: The rollout has no recorded calls.
+            SpoolError: The finish cannot be spooled: the rollout stays open.
         """
         state = self._rollouts.get(rollout_id)
         if state is None or not state.calls:
             raise KeyError(rollout_id)
+        self.spool.append(finish_event(rollout_id, status, closed))
         self._closed.add(rollout_id)
-        self._spool({"kind": "finish", "rollout_id": rollout_id, "status": status})
         # Queued before it leaves the open rollouts: the spool never looks all-committed while
         # this rollout's calls are only in it.
-        self._committer.submit(self._finished(state, status))
+        self._committer.submit(self._finished(state, status, closed))
         del self._rollouts[rollout_id]
         return len(state.calls)
 
     @staticmethod
-    def _finished(state: _Rollout, status: str | None) -> FinishedRollout:
+    def _finished(state: _Rollout, status: str | None, closed: str | None) -> FinishedRollout:
         return FinishedRollout(
             state.rollout_id,
             dict(state.meta),
@@ -291,6 +622,7 @@ class Recorder:
             status,
             state.redactor,
             state.redactions,
+            closed,
         )
 
     def open_rollouts(self) -> list[str]:
@@ -303,252 +635,3 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# ---------------------------------------------------------------------- building and committing
-
-
-@dataclass(frozen=True)
-class FinishedRollout:
-    """A finished rollout as spooled: its tags, call records, outcome and status."""
-
-    rollout_id: str
-    meta: dict[str, Any]
-    calls: list[dict[str, Any]]
-    outcome: dict[str, Any] | None
-    status: str | None
-    redactor: Redactor | None = None
-    """The rollout's redactor, which redacted its spooled calls: what it learnt (a password
-    found by its key name) is applied to the whole rollout at commit."""
-    redactions: int = 0
-    """Replacements already made in the spooled calls."""
-
-
-def _recorded_call(record: Mapping[str, Any]) -> RecordedCall:
-    """A spooled call record parsed into the reconstruction's input (same live and on replay)."""
-    from trajlake.proxy.dialects import parse_request, parse_response
-    from trajlake.proxy.reconstruct import RecordedCall
-
-    dialect = record["dialect"]
-    error: str | None = record.get("error")
-    call_input = call_output = None
-    request, response = record.get("request"), record.get("response")
-    try:
-        if not isinstance(request, dict):
-            raise ValueError("the request body is not a JSON object")
-        call_input = parse_request(dialect, request)
-    except ValueError as e:
-        error = error or f"unparseable request: {e}"
-    if error is None:
-        try:
-            if not isinstance(response, dict):
-                raise ValueError("the response body is not a JSON object")
-            call_output = parse_response(dialect, response)
-        except ValueError as e:
-            error = f"unparseable response: {e}"
-    return RecordedCall(
-        call_id=record["call_id"],
-        rollout_id=record["rollout_id"],
-        seq=int(record["seq"]),
-        dialect=dialect,
-        endpoint=record.get("endpoint") or "",
-        input=call_input,
-        output=call_output,
-        response=response,
-        stream=bool(record.get("stream")),
-        status_code=record.get("status_code"),
-        error=error,
-        started_at=dt.datetime.fromisoformat(record["started_at"]),
-        latency_ms=record.get("latency_ms"),
-    )
-
-
-def _strings(value: Any, out: list[tuple[Any, Any]]) -> None:
-    """Collect every (container, key) holding a string inside a JSON-like value."""
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in items:
-        if isinstance(item, str):
-            out.append((value, key))
-        elif isinstance(item, (dict, list)):
-            _strings(item, out)
-
-
-def _redact_rows(rows: list[dict[str, Any]], redactor: Redactor) -> int:
-    """Redact the free text of calls rows in place (request, input, response, error)."""
-    slots: list[tuple[Any, Any]] = []
-    for row in rows:
-        for key in ("request_params", "new_input", "response", "error"):
-            value = row.get(key)
-            if isinstance(value, str):
-                slots.append((row, key))
-            elif isinstance(value, (dict, list)):
-                _strings(value, slots)
-    if not slots:
-        return 0
-    texts = [holder[key] for holder, key in slots]
-    new_texts, count = redactor.redact_texts(texts)
-    for (holder, key), old, new in zip(slots, texts, new_texts, strict=True):
-        if new is not old:
-            holder[key] = new
-    return count
-
-
-def build_rollout(item: FinishedRollout) -> tuple[CanonicalTrajectory, list[dict[str, Any]]]:
-    """Reconstruct a finished rollout and redact it: the trajectory and its calls rows."""
-    from trajlake.proxy.reconstruct import RolloutMeta, reconstruct
-
-    records = sorted(item.calls, key=lambda c: int(c["seq"]))
-    calls = [_recorded_call(r) for r in records]
-    meta = RolloutMeta(
-        rollout_id=item.rollout_id,
-        task_id=item.meta.get("task_id"),
-        generation=item.meta.get("generation"),
-        run_id=item.meta.get("run_id"),
-        harness=item.meta.get("harness"),
-        outcome=item.outcome,
-        status=item.status,
-    )
-    trajectory, rows = reconstruct(meta, calls)
-    rows = [dict(r) for r in rows]
-    # One per rollout: messages and calls share placeholder numbers with the spooled calls.
-    redactor = item.redactor or Redactor()
-    found = item.redactions + redact_trajectory(trajectory, redactor)
-    found += _redact_rows(rows, redactor)
-    trajectory.n_redactions += found
-    return trajectory, rows
-
-
-class Committer:
-    """A thread that commits finished rollouts in batches and marks them in the spool."""
-
-    def __init__(
-        self,
-        lake: Lake,
-        spool: Spool,
-        batch_size: int,
-        max_seconds: float,
-        *,
-        after_commit: Callable[[], None] | None = None,
-    ) -> None:
-        self._lake, self._spool = lake, spool
-        self._after_commit = after_commit
-        self._batch_size, self._max_seconds = batch_size, max_seconds
-        self._cond = threading.Condition()
-        self._queue: list[tuple[float, FinishedRollout]] = []
-        self._busy = self._closed = self._urgent = self._in_hook = False
-        self._thread = threading.Thread(target=self._run, name="trajlake-proxy-commit", daemon=True)
-        self._counts = {"committed_rollouts": 0, "committed_calls": 0, "commits": 0}
-        self._counts |= {"failed_rollouts": 0, "failed_commits": 0}
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def submit(self, item: FinishedRollout) -> None:
-        with self._cond:
-            self._queue.append((time.monotonic(), item))
-            self._cond.notify_all()
-
-    def empty(self) -> bool:
-        with self._cond:
-            return not self._queue and not self._busy
-
-    def stats(self) -> dict[str, int]:
-        with self._cond:
-            return {**self._counts, "queued_rollouts": len(self._queue)}
-
-    def flush(self, timeout: float | None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            self._urgent = True
-            self._cond.notify_all()
-            while self._queue or self._busy or self._in_hook:
-                left = None if deadline is None else deadline - time.monotonic()
-                if (left is not None and left <= 0) or not self._thread.is_alive():
-                    break
-                self._cond.wait(left)
-            self._urgent = False
-            return not self._queue and not self._busy and not self._in_hook
-
-    def close(self, timeout: float | None) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _take(self) -> list[FinishedRollout] | None:
-        """The next batch: full, old enough, or whatever is there when flushing or closing."""
-        with self._cond:
-            while True:
-                if self._queue:
-                    age = time.monotonic() - self._queue[0][0]
-                    full = len(self._queue) >= self._batch_size
-                    if full or self._urgent or self._closed or age >= self._max_seconds:
-                        batch = [item for _, item in self._queue[: self._batch_size]]
-                        del self._queue[: len(batch)]
-                        self._busy = True
-                        return batch
-                    self._cond.wait(self._max_seconds - age)
-                elif self._closed:
-                    return None
-                else:
-                    self._cond.wait()
-
-    def _run(self) -> None:
-        while (batch := self._take()) is not None:
-            failed = False
-            try:
-                self._commit(batch)
-            except Exception:  # kept in the spool: committed by this process later or the next
-                log.exception("committing %d proxy rollout(s) failed; will retry", len(batch))
-                failed = True
-            hook = not failed and self._after_commit is not None
-            with self._cond:
-                self._busy, self._in_hook = False, hook
-                if failed:
-                    self._counts["failed_commits"] += 1
-                    if not self._closed:
-                        now = time.monotonic()
-                        self._queue[:0] = [(now, item) for item in batch]
-                self._cond.notify_all()
-            if failed and not self._closed:
-                time.sleep(min(self._max_seconds, 1.0))
-            elif hook:
-                self._run_hook()
-
-    def _run_hook(self) -> None:
-        """The after-commit hook; `flush` waits for it (its effects count as the commit's)."""
-        try:
-            assert self._after_commit is not None
-            self._after_commit()
-        except Exception:  # a failed hook (spool rotation) never stops committing
-            log.exception("after-commit hook failed")
-        finally:
-            with self._cond:
-                self._in_hook = False
-                self._cond.notify_all()
-
-    def _commit(self, batch: list[FinishedRollout]) -> None:
-        trajectories, rows, done = [], [], []
-        for item in batch:
-            try:
-                trajectory, call_rows = build_rollout(item)
-            except Exception:  # a bad rollout must not block the others; its spool stays
-                log.exception("cannot reconstruct proxy rollout %s", item.rollout_id)
-                with self._cond:
-                    self._counts["failed_rollouts"] += 1
-                continue
-            trajectories.append(trajectory)
-            rows.extend(call_rows)
-            done.append(item.rollout_id)
-        if trajectories:
-            tables = trajectories_to_tables(trajectories)
-            tables["calls"] = rows_for_table("calls", rows)
-            summary = {"rollouts": len(trajectories), "calls": len(rows)}
-            self._lake.commit(tables, operation="proxy", summary=summary)
-        with contextlib.suppress(SpoolError):
-            self._spool.mark_committed(done)
-        with self._cond:
-            self._counts["committed_rollouts"] += len(done)
-            self._counts["committed_calls"] += len(rows)
-            self._counts["commits"] += 1 if trajectories else 0

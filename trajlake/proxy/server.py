@@ -10,19 +10,26 @@ Auth: with a token, proxy clients send `X-Trajlake-Token: <token>`; `Authorizati
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, get_args
 
-from trajlake._http_server import check_port, is_loopback, serve_until_stopped
+from trajlake._http_limits import ServerLimits
+from trajlake._http_server import (
+    check_port,
+    is_loopback,
+    limited_application,
+    serve_until_stopped,
+)
 from trajlake.errors import missing_extra
 from trajlake.proxy._forward import (
     Call,
@@ -34,6 +41,7 @@ from trajlake.proxy._forward import (
 )
 from trajlake.proxy.dialects import ENDPOINTS
 from trajlake.proxy.recorder import Recorder
+from trajlake.proxy.spool import SpoolError
 from trajlake.schema import Status
 
 if TYPE_CHECKING:
@@ -43,7 +51,14 @@ if TYPE_CHECKING:
     from trajlake.ingest.redact import AllowList
     from trajlake.lake._lake import Lake
 
-__all__ = ["ProxyThread", "create_proxy_app", "default_spool_dir", "require_aiohttp", "run_proxy"]
+__all__ = [
+    "ProxyThread",
+    "ServerLimits",
+    "create_proxy_app",
+    "default_spool_dir",
+    "require_aiohttp",
+    "run_proxy",
+]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +114,29 @@ class _Proxy:
 
         return web.json_response({"status": "ok", **self.recorder.stats})
 
+    async def housekeeping(self, app: web.Application) -> AsyncIterator[None]:
+        """Runs `Recorder.tick` every few seconds (idle rollouts, spool rewrite) while serving."""
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(self.recorder.tick_seconds)
+                try:
+                    self.recorder.tick()
+                except Exception:  # housekeeping never stops the proxy
+                    log.exception("proxy housekeeping failed")
+
+        task = asyncio.create_task(loop())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    def _refuse_finished(self, rollout_id: str) -> web.Response | None:
+        if not self.recorder.is_finished(rollout_id) or self.recorder.has_calls(rollout_id):
+            return None
+        message = f"rollout {rollout_id!r} is finished: use a new id for the next rollout"
+        return json_error(409, "rollout_finished", message)
+
     async def outcome(self, request: web.Request) -> web.Response:
         from aiohttp import web
 
@@ -110,7 +148,14 @@ class _Proxy:
         if problem:
             return json_error(400, "invalid_request", problem)
         outcome: dict[str, Any] = {k: v for k, v in body.items() if k in _OUTCOME_KEYS}
-        self.recorder.set_outcome(rollout_id, outcome)
+        refused = self._refuse_finished(rollout_id)
+        if refused is not None:
+            return refused
+        await self.recorder.settled(rollout_id)  # spooled after the calls recorded so far
+        try:
+            self.recorder.set_outcome(rollout_id, outcome)
+        except SpoolError as e:
+            return _not_recorded("outcome", e)
         return web.json_response({"rollout_id": rollout_id, "outcome": outcome})
 
     async def finish(self, request: web.Request) -> web.Response:
@@ -129,8 +174,14 @@ class _Proxy:
         while self.recorder.inflight(rollout_id) and waited < self.finish_wait_s:
             await asyncio.sleep(0.01)
             waited += 0.01
+        await self.recorder.settled(rollout_id)  # its calls' records are spooled first
+        refused = self._refuse_finished(rollout_id)
+        if refused is not None:
+            return refused
         try:
             calls = self.recorder.finish(rollout_id, status)
+        except SpoolError as e:  # still open: the finish can be sent again
+            return _not_recorded("finish", e)
         except KeyError:
             return json_error(404, "not_found", f"rollout {rollout_id!r} has no recorded calls")
         return web.json_response({"rollout_id": rollout_id, "calls": calls, "queued": True})
@@ -155,18 +206,41 @@ class _Proxy:
             return json_error(409, "rollout_finished", message)
         body, _ = json_copy(raw, request.headers.get("Content-Encoding"))
         stream = isinstance(body, dict) and bool(body.get("stream"))
-        call = Call(self.recorder.begin_call(rid, meta), dialect, path, body, stream)
+        try:  # the request is spooled first: a failing spool refuses before the upstream bills
+            ticket = await self.recorder.begin_call_async(
+                rid,
+                meta,
+                request=body,
+                dialect=dialect,
+                endpoint=path,
+                stream=stream,
+                size=len(raw),
+            )
+        except SpoolError as e:
+            return _not_recorded("call", e)
+        call = Call(ticket, dialect, path, body, stream, size=len(raw))
         try:
             return await self.forwarder.model_call(request, call, raw)
+        except SpoolError as e:  # answered by the upstream, but not durable: never answered
+            call.failed = True
+            return _not_recorded("call", e)
         finally:
             if not call.recorded:  # cancelled (server shutdown) or an unexpected error
                 call.recorded, call.failed = True, True
-                self._record(call, None, None, "the proxy stopped before the call completed")
-            if auto:
-                self.recorder.finish(rid, "error" if call.failed else "completed")
+                with contextlib.suppress(SpoolError):
+                    await self._record(
+                        call, None, None, "the proxy stopped before the call completed"
+                    )
+            if auto and self.recorder.has_calls(rid):
+                try:
+                    self.recorder.finish(rid, "error" if call.failed else "completed")
+                except SpoolError as e:  # stays open; the idle close commits it later
+                    log.error("cannot finish %s: %s", rid, e)
 
-    def _record(self, call: Call, response: Any, status: int | None, error: str | None) -> None:
-        self.recorder.end_call(
+    async def _record(
+        self, call: Call, response: Any, status: int | None, error: str | None
+    ) -> None:
+        await self.recorder.end_call_async(
             call.ticket,
             dialect=call.dialect,
             endpoint=call.endpoint,
@@ -175,7 +249,14 @@ class _Proxy:
             response=response,
             status_code=status,
             error=error,
+            size=call.size + call.response_bytes,
         )
+
+
+def _not_recorded(what: str, error: SpoolError) -> web.Response:
+    """503 for a call, outcome or finish the proxy cannot make durable (never answered)."""
+    message = f"the proxy could not record the {what}, so it was not answered: {error}"
+    return json_error(503, "proxy_not_recording", message)
 
 
 async def _admin_body(request: web.Request) -> dict[str, Any] | web.Response:
@@ -217,7 +298,8 @@ def create_proxy_app(
     default_meta: Mapping[str, Any] | None = None,
     timeout_s: float = 600.0,
     finish_wait_s: float = 30.0,
-    max_body_bytes: int = 512 * 1024 * 1024,
+    max_body_bytes: int | None = None,
+    limits: ServerLimits | None = None,
 ) -> web.Application:
     """Build the proxy application.
 
@@ -233,28 +315,37 @@ def create_proxy_app(
             (`task_id`, `generation`, `run_id`, `harness`).
         timeout_s: Longest wait for the upstream's next bytes (then 504, recorded).
         finish_wait_s: Longest wait of `finish` for the rollout's calls in flight.
-        max_body_bytes: Largest request body accepted.
+        max_body_bytes: Largest request body accepted (overrides `limits.max_body_bytes`).
+        limits: Body, decoding, timeout, in-flight and connection limits (`ServerLimits`:
+            64 MiB bodies, 256 MiB decoded, 20 s heads, 30 s body silence, 1024 in flight).
 
     Raises:
         ValueError: `upstream` is not an http(s) URL, or a limit is not positive.
         MissingExtra: aiohttp is not installed.
     """
     require_aiohttp()
-    from aiohttp import web
-
-    if timeout_s <= 0 or finish_wait_s < 0 or max_body_bytes <= 0:
-        raise ValueError("timeout_s and max_body_bytes must be > 0, finish_wait_s >= 0")
+    if timeout_s <= 0 or finish_wait_s < 0:
+        raise ValueError("timeout_s must be > 0, finish_wait_s >= 0")
+    limits = _limits(limits, max_body_bytes)
     if token is not None and not token:
         raise ValueError("token must not be empty")
     proxy = _Proxy(upstream, recorder, token, default_meta or {}, timeout_s, finish_wait_s)
-    app = web.Application(client_max_size=max_body_bytes, middlewares=proxy.middlewares)
+    app: web.Application = limited_application(limits, proxy.middlewares)
     app.cleanup_ctx.append(proxy.forwarder.session)
+    app.cleanup_ctx.append(proxy.housekeeping)
     app.router.add_get("/health", proxy.health)
     app.router.add_post("/rollouts/{rollout_id}/outcome", proxy.outcome)
     app.router.add_post("/rollouts/{rollout_id}/finish", proxy.finish)
     app.router.add_route("*", "/rollouts/{rollout_id}/v1/{tail:.*}", proxy.forward)
     app.router.add_route("*", "/v1/{tail:.*}", proxy.forward)
     return app
+
+
+def _limits(limits: ServerLimits | None, max_body_bytes: int | None) -> ServerLimits:
+    limits = limits if limits is not None else ServerLimits()
+    if max_body_bytes is None:
+        return limits
+    return replace(limits, max_body_bytes=max_body_bytes)
 
 
 # --------------------------------------------------------------------------- running it
@@ -284,6 +375,7 @@ class _Options:
     token: str | None
     default_meta: dict[str, Any]
     timeout_s: float
+    limits: ServerLimits
 
 
 def _recorder(
@@ -310,6 +402,8 @@ def run_proxy(
     fsync: bool = False,
     redact_personal: bool = False,
     allow_list: AllowList | None = None,
+    limits: ServerLimits | None = None,
+    idle_close_s: float | None = 1800.0,
     ready: Callable[[str, int], None] | None = None,
     stop: threading.Event | None = None,
 ) -> None:
@@ -335,6 +429,8 @@ def run_proxy(
         redact_personal: also redact personal data (e-mail addresses, phone numbers); secrets
             are always redacted, in the lake and in the spool.
         allow_list: values never redacted.
+        limits: What clients may send and hold (`ServerLimits`; its defaults if None).
+        idle_close_s: Close (commit, status error) a rollout without a call for this long.
         ready: Called as `ready(host, port)` once the proxy is listening.
         stop: Set it (from any thread) to shut the proxy down.
 
@@ -346,7 +442,7 @@ def run_proxy(
     require_aiohttp()
     _check_bind(host, port, token)
     meta = {"generation": generation, "run_id": run_id, "harness": harness}
-    options = _Options(upstream, host, port, token, meta, timeout_s)
+    options = _Options(upstream, host, port, token, meta, timeout_s, limits or ServerLimits())
     upstream_root(upstream)  # fail before replaying anything
     with _recorder(
         lake,
@@ -357,6 +453,7 @@ def run_proxy(
         fsync=fsync,
         redact_personal=redact_personal,
         allow_list=allow_list,
+        idle_close_s=idle_close_s,
     ) as recorder:
         asyncio.run(_serve(recorder, options, ready, stop))
 
@@ -373,6 +470,7 @@ async def _serve(
         token=options.token,
         default_meta=options.default_meta,
         timeout_s=options.timeout_s,
+        limits=options.limits,
     )
     # auto_decompress off: a compressed request body (Codex sends zstd) is forwarded as sent.
     await serve_until_stopped(
@@ -393,7 +491,7 @@ class ProxyThread:
         lake, upstream: As for `run_proxy`.
         spool_dir: As for `run_proxy`.
         **options: `host`, `port` (default 0: a free one), `token`, `generation`, `run_id`,
-            `harness`, `timeout_s`, `batch_size`, `commit_seconds`.
+            `harness`, `timeout_s`, `batch_size`, `commit_seconds`, `limits` (`ServerLimits`).
     """
 
     def __init__(
@@ -409,12 +507,15 @@ class ProxyThread:
         token = options.get("token")
         _check_bind(host, port, token)
         meta = {k: options.get(k) for k in ("generation", "run_id", "harness")}
-        self._options = _Options(upstream, host, port, token, meta, options.get("timeout_s", 600.0))
+        limits = options.get("limits") or ServerLimits()
+        timeout_s = options.get("timeout_s", 600.0)
+        self._options = _Options(upstream, host, port, token, meta, timeout_s, limits)
         upstream_root(upstream)
         commit = {"batch_size": options.get("batch_size", 64)}
         commit["max_seconds"] = options.get("commit_seconds", 1.0)
         commit["redact_personal"] = options.get("redact_personal", False)
         commit["allow_list"] = options.get("allow_list")
+        commit["idle_close_s"] = options.get("idle_close_s", 1800.0)
         self.recorder = _recorder(lake, spool_dir, meta["run_id"], **commit)
         self.url = ""
         self._stop = threading.Event()

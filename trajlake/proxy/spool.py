@@ -1,7 +1,9 @@
-"""The proxy's write-ahead spool: every answered call, outcome and finish as a flushed JSON line.
+"""The proxy's write-ahead spool: each call's request and answer, outcome and finish as a line.
 
-A process writes `calls-<pid>-<start>.jsonl` under an exclusive lock; on start-up, files whose
-writer is gone are replayed (`replay`) so a killed proxy loses nothing it had answered.
+A process writes `calls-<pid>-<start>.jsonl` (mode 0600, in a 0700 folder) under an exclusive
+lock; on start-up, files whose writer is gone are replayed (`replay`) so a killed proxy loses
+nothing it had answered. A write that fails is undone (the file is cut back to its last whole
+line) and raised as `SpoolError`, so the caller can refuse the call instead of answering it.
 """
 
 from __future__ import annotations
@@ -11,25 +13,27 @@ import fcntl
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from trajlake.errors import TrajlakeError
 
-__all__ = ["ReplayedRollout", "Spool", "SpoolError", "replay"]
+__all__ = ["Replay", "ReplayedRollout", "Spool", "SpoolError", "replay"]
 
 log = logging.getLogger(__name__)
 
 PREFIX = "calls-"
 SUFFIX = ".jsonl"
+_DIR_MODE, _FILE_MODE = 0o700, 0o600
 
 
 class SpoolError(TrajlakeError):
-    """The proxy's spool directory cannot be written (permissions, full disk)."""
+    """The proxy's spool cannot be written (permissions, full disk, file size limit, I/O)."""
 
 
 @dataclass
@@ -41,6 +45,10 @@ class ReplayedRollout:
     outcome: dict[str, Any] | None = None
     finished: bool = False
     status: str | None = None
+    closed: str | None = None
+    """Why the proxy itself finished the rollout (idle), if it did."""
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Request events of calls with no answer spooled (in flight when the writer died)."""
 
     def records(self) -> list[dict[str, Any]]:
         """The events to write again so this rollout survives the old files' removal."""
@@ -48,79 +56,189 @@ class ReplayedRollout:
         if self.outcome is not None:
             out.append({"kind": "outcome", "rollout_id": self.rollout_id, "outcome": self.outcome})
         if self.finished:
-            out.append({"kind": "finish", "rollout_id": self.rollout_id, "status": self.status})
+            out.append(finish_event(self.rollout_id, self.status, self.closed))
         return out
 
 
+def finish_event(rollout_id: str, status: str | None, closed: str | None) -> dict[str, Any]:
+    """The spool event that finishes a rollout (`closed`: why the proxy closed it)."""
+    event: dict[str, Any] = {"kind": "finish", "rollout_id": rollout_id, "status": status}
+    if closed is not None:
+        event["closed"] = closed
+    return event
+
+
+def _private_directory(directory: Path) -> None:
+    """Create the folder 0700, or tighten an existing one: it holds prompts and answers."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
+        mode = stat.S_IMODE(directory.stat().st_mode)
+        if mode & 0o077:
+            os.chmod(directory, _DIR_MODE)
+            log.warning(
+                "tightened the proxy spool folder %s from %04o to %04o: it holds the prompts "
+                "and answers of every call",
+                directory,
+                mode,
+                _DIR_MODE,
+            )
+    except OSError as e:
+        raise SpoolError(f"cannot make the proxy spool folder {directory} private: {e}") from e
+
+
+def _encode(records: Iterable[Mapping[str, Any]], *, in_pieces: bool = False) -> bytes:
+    dumps = _dumps_in_pieces if in_pieces else _dumps
+    return b"".join(dumps(r).encode() + b"\n" for r in records)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+_PIECE = 1 << 20
+_escape = json.encoder.encode_basestring  # what `json.dumps(..., ensure_ascii=False)` uses
+
+
+def _dumps_in_pieces(value: Any) -> str:
+    """`_dumps(value)`, with strings escaped a MiB at a time: one `json.dumps` of a 16 MiB
+    string is one C call that holds the GIL (and so the proxy's event loop) for ~50 ms."""
+    if isinstance(value, str):
+        if len(value) <= _PIECE:
+            return _escape(value)
+        pieces = (_escape(value[i : i + _PIECE])[1:-1] for i in range(0, len(value), _PIECE))
+        return '"' + "".join(pieces) + '"'
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        items = (_escape(k) + ":" + _dumps_in_pieces(v) for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_dumps_in_pieces(v) for v in value) + "]"
+    return _dumps(value)
+
+
 class Spool:
-    """One process's spool file: appended and flushed line by line, locked while open.
+    """One process's spool file: appended line by line with unbuffered writes, locked while open.
 
     Args:
-        directory: Where spool files live (created if missing).
+        directory: Where spool files live (created 0700 if missing, tightened to 0700 if not).
         fsync: Also fsync every line (survives power loss, not only a killed process).
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.directory = Path(directory)
         self._fsync = fsync
-        self._file: IO[bytes] | None = None
-        self._open_new()
         self._mutex = threading.Lock()
+        self._torn = False
+        """A failed write could not be cut back: the next write starts on a new line."""
+        _private_directory(self.directory)
+        self._fd: int | None
+        self._fd, self.path = self._open_new()
+        self._size = 0
 
-    def _open_new(self) -> None:
+    def _open_new(self) -> tuple[int, Path]:
+        stamp = time.strftime("%Y%m%dT%H%M%S") + f"{time.time_ns() % 1_000_000_000:09d}"
+        path = self.directory / f"{PREFIX}{os.getpid()}-{stamp}{SUFFIX}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            stamp = time.strftime("%Y%m%dT%H%M%S") + f"{time.time_ns() % 1_000_000_000:09d}"
-            self.path = self.directory / f"{PREFIX}{os.getpid()}-{stamp}{SUFFIX}"
-            self._file = open(self.path, "ab")  # noqa: SIM115 (kept open)
-            # The lock tells a proxy starting later that this file's writer is alive.
-            fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = os.open(path, flags, _FILE_MODE)
         except OSError as e:
             raise SpoolError(f"cannot write the proxy spool in {self.directory}: {e}") from e
+        try:
+            os.fchmod(fd, _FILE_MODE)  # whatever the umask
+            # The lock tells a proxy starting later that this file's writer is alive.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            raise SpoolError(f"cannot lock the proxy spool {path}: {e}") from e
+        return fd, path
 
-    def rotate(self, min_bytes: int, unneeded: Callable[[], bool]) -> bool:
-        """Continue in a new file and delete this one, once it holds `min_bytes` and
-        `unneeded()` says nothing in it is still needed (every rollout in it committed).
+    @property
+    def size(self) -> int:
+        """Bytes in the current file."""
+        return self._size
 
-        `unneeded` is asked under the spool's lock, so no event can be appended between the
-        check and the switch; events that wait for the lock go to the new file.
+    def rotate(self, min_bytes: int, carry: Callable[[], list[dict[str, Any]] | None]) -> bool:
+        """Continue in a new file holding only `carry()`'s events, and delete this one.
+
+        Only once this file holds `min_bytes`; `carry()` returns the events still needed (every
+        rollout not committed yet), or None when the file must stay. It is called under the
+        spool's lock, so no event can be appended between the check and the switch; events that
+        wait for the lock go to the new file.
+
+        Raises:
+            SpoolError: The new file cannot be written (the old one is kept).
         """
         with self._mutex:
-            old, old_path = self._file, self.path
-            if old is None or old.tell() < min_bytes or not unneeded():
+            if self._fd is None or self._size < min_bytes:
                 return False
-            self._open_new()
-            old.close()
+            records = carry()
+            if records is None:
+                return False
+            fd, path = self._open_new()
+            data = _encode(records)
+            try:
+                _write_all(fd, data)
+                if data:
+                    os.fsync(fd)  # the copy must be on disk before the original goes
+            except OSError as e:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                raise SpoolError(f"cannot write the proxy spool {path}: {e}") from e
+            old_fd, old_path = self._fd, self.path
+            self._fd, self.path, self._size, self._torn = fd, path, len(data), False
+            os.close(old_fd)
             with contextlib.suppress(FileNotFoundError):
                 old_path.unlink()
             return True
 
-    def append(self, record: Mapping[str, Any]) -> None:
-        """Write one event and hand it to the OS before returning."""
-        self.append_many([record])
+    def append(
+        self, record: Mapping[str, Any], *, sync: bool = True, in_pieces: bool = False
+    ) -> None:
+        """Write one event and hand it to the OS before returning (see `append_many`)."""
+        self.append_many([record], sync=sync, in_pieces=in_pieces)
 
-    def append_many(self, records: Iterable[Mapping[str, Any]]) -> None:
-        """Write several events with one flush."""
-        data = b"".join(
-            json.dumps(r, ensure_ascii=False, separators=(",", ":"), default=str).encode() + b"\n"
-            for r in records
-        )
+    def append_many(
+        self, records: Iterable[Mapping[str, Any]], *, sync: bool = True, in_pieces: bool = False
+    ) -> None:
+        """Write several events at once; with `fsync` (and `sync`), fsync them too.
+
+        `in_pieces` encodes long strings a piece at a time (the same bytes, slower, but other
+        threads run in between): for big records written off the event loop.
+
+        Raises:
+            SpoolError: They could not be written; the file is cut back to what it held before
+                (or, if even that fails, the next write starts on a new line), so a failed
+                write never leaves a line that replay would take for a record.
+        """
+        data = _encode(records, in_pieces=in_pieces)
         with self._mutex:
-            if self._file is None:
+            if self._fd is None:
                 raise SpoolError(f"the spool {self.path} is closed")
+            if self._torn:
+                data = b"\n" + data
             try:
-                self._file.write(data)
-                self._file.flush()
-                if self._fsync:
-                    os.fsync(self._file.fileno())
+                _write_all(self._fd, data)
+                if self._fsync and sync:
+                    os.fsync(self._fd)
             except OSError as e:
+                self._cut_back()
                 raise SpoolError(f"cannot write the proxy spool {self.path}: {e}") from e
+            self._size += len(data)
+            self._torn = False
+
+    def _cut_back(self) -> None:
+        """Undo a failed write: truncate to the last whole line."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            self._torn = True
 
     def sync(self) -> None:
         """fsync what was written so far."""
         with self._mutex:
-            if self._file is not None:
-                os.fsync(self._file.fileno())
+            if self._fd is not None:
+                os.fsync(self._fd)
 
     def mark_committed(self, rollout_ids: Iterable[str]) -> None:
         """Record that these rollouts are in the lake: replay skips them."""
@@ -129,13 +247,19 @@ class Spool:
     def close(self, *, remove: bool = False) -> None:
         """Close the file; `remove` deletes it (nothing in it is still needed)."""
         with self._mutex:
-            if self._file is None:
+            if self._fd is None:
                 return
-            self._file.close()
-            self._file = None
+            os.close(self._fd)
+            self._fd = None
             if remove:
                 with contextlib.suppress(FileNotFoundError):
                     self.path.unlink()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _orphans(directory: Path, current: Path | None) -> Iterator[tuple[Path, IO[bytes]]]:
@@ -157,6 +281,8 @@ def _events(path: Path, f: IO[bytes]) -> Iterator[dict[str, Any]]:
         if not line.endswith(b"\n"):  # a write cut short by a kill: it was never answered
             log.warning("%s:%d: ignoring a truncated last line", path, n)
             return
+        if not line.strip():  # the line break that ends a failed write
+            continue
         try:
             event = json.loads(line)
         except ValueError:
@@ -173,20 +299,35 @@ def _apply(rollouts: dict[str, ReplayedRollout], committed: set[str], e: dict[st
         committed.add(rid)
         return
     rollout = rollouts.setdefault(rid, ReplayedRollout(rid))
-    if kind == "call" and isinstance(e.get("call_id"), str):
-        rollout.calls[e["call_id"]] = e
+    call_id = e.get("call_id")
+    if kind == "request" and isinstance(call_id, str):
+        rollout.requests[call_id] = e
+    elif kind == "call" and isinstance(call_id, str):
+        sent = rollout.requests.pop(call_id, None)
+        if "request" not in e and sent is not None:  # spooled before the call was forwarded
+            e = {**e, "request": sent.get("request")}
+        rollout.calls[call_id] = e
     elif kind == "outcome":
         rollout.outcome = e.get("outcome")
     elif kind == "finish":
         rollout.finished, rollout.status = True, e.get("status")
+        rollout.closed = e.get("closed")
 
 
-def replay(spool: Spool) -> list[ReplayedRollout]:
+class Replay(NamedTuple):
+    """What `replay` found: rollouts still to commit, and those the files say are committed."""
+
+    pending: list[ReplayedRollout]
+    committed: set[str]
+
+
+def replay(spool: Spool) -> Replay:
     """Read every orphaned spool file into `spool`'s own file and delete the old files.
 
-    Returns the rollouts not committed yet (finished or not), in first-seen order; their events
-    are now in `spool.path`, so the old files can go. Events seen twice (a replay interrupted
-    between writing and deleting) count once: calls by id, commits by rollout id.
+    Pending rollouts (not committed yet, finished or not, in first-seen order) have their
+    events copied into `spool.path`, so the old files can go. Events seen twice (a replay
+    interrupted between writing and deleting) count once: calls by id, commits by rollout id.
+    A request whose answer was never spooled was never answered, and is dropped.
     """
     rollouts: dict[str, ReplayedRollout] = {}
     committed: set[str] = set()
@@ -196,7 +337,11 @@ def replay(spool: Spool) -> list[ReplayedRollout]:
             opened.append((path, f))
             for event in _events(path, f):
                 _apply(rollouts, committed, event)
-        pending = [r for rid, r in rollouts.items() if rid not in committed]
+        pending = [
+            r
+            for rid, r in rollouts.items()
+            if rid not in committed and (r.calls or r.outcome is not None)
+        ]
         spool.append_many(e for r in pending for e in r.records())
         if opened:
             spool.sync()  # the copy must be on disk before the originals go
@@ -207,4 +352,4 @@ def replay(spool: Spool) -> list[ReplayedRollout]:
             f.close()
     if opened:
         log.info("replayed %d spool file(s): %d rollout(s) pending", len(opened), len(pending))
-    return pending
+    return Replay(pending, committed)

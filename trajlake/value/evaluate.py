@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from trajlake._names import refuse_inside_lake
 from trajlake.errors import TrainingError
 from trajlake.value.artifacts import SavedModel
 from trajlake.value.dataset import ValueExample, load_examples, split_by_task
@@ -71,6 +72,8 @@ def evaluate_saved_model(
     from trajlake.value.report import evaluation_report, write_report
 
     snapshot = lake.snapshot(at)
+    directory = Path(out) if out else model.directory / f"eval-s{snapshot.snapshot_id}-{split}"
+    refuse_inside_lake(directory, lake.location.uri, what="evaluation report folder")
     examples, seen = select_examples(lake, model, at=snapshot.snapshot_id, where=where, split=split)
     if not examples:
         raise TrainingError("no labelled trajectories to evaluate in this selection")
@@ -91,6 +94,5 @@ def evaluate_saved_model(
             "tasks_seen_in_training": seen,
         },
     )
-    directory = Path(out) if out else model.directory / f"eval-s{snapshot.snapshot_id}-{split}"
     files = write_report(report, directory)
     return Evaluation(report, files)

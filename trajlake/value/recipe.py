@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from trajlake._names import check_name
 from trajlake.errors import TrajlakeError
 
 ModelKind = Literal["value", "prefix-value", "baseline"]
@@ -148,7 +149,9 @@ class BaselineSpec(_Section):
 class Recipe(_Section):
     """A value-model training recipe."""
 
-    name: str = Field(description="Model name; the model id is derived from it.")
+    name: str = Field(
+        description="Model name (letters, digits, '.', '_', '-'); the model id starts with it."
+    )
     kind: ModelKind = Field("value", description="value | prefix-value | baseline.")
     description: str = Field("", description="One line for the model card.")
     backbone: BackboneSpec | None = Field(None, description="Neural kinds only.")
@@ -158,6 +161,12 @@ class Recipe(_Section):
     prefix: PrefixSpec = Field(default_factory=PrefixSpec)
     baseline: BaselineSpec = Field(default_factory=BaselineSpec)
     eval_batch_size: int = Field(16, ge=1, description="Batch size when scoring.")
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _safe_name(cls, name: object) -> str:
+        # The name starts the model id, which names the model's folder under <lake>/models.
+        return check_name("recipe", name)
 
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:

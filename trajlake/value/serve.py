@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import threading
@@ -14,7 +15,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from trajlake._http_server import check_port, is_loopback, serve_until_stopped
+from trajlake._http_limits import ServerLimits
+from trajlake._http_server import (
+    check_port,
+    is_loopback,
+    limited_application,
+    serve_until_stopped,
+)
 from trajlake.errors import missing_extra
 from trajlake.value._serve_batching import _Batcher, _Options, _ScoringFailed, _Stats
 from trajlake.value._serve_requests import _parse_body, _ranked
@@ -23,7 +30,7 @@ if TYPE_CHECKING:
     from aiohttp import web
     from aiohttp.typedefs import Handler
 
-__all__ = ["Scorer", "create_app", "run_server", "serve_in_background"]
+__all__ = ["Scorer", "ServerLimits", "create_app", "run_server", "serve_in_background"]
 
 _OPEN_PATHS = frozenset({"/health"})
 
@@ -100,6 +107,9 @@ class _Service:
             return self._too_large()
         except (ValueError, UnicodeDecodeError) as e:
             return _error(400, "invalid_request", f"the body is not valid JSON: {e}")
+        except RecursionError:
+            message = "the body's JSON nests too deeply to parse; flatten it"
+            return _error(400, "invalid_request", message)
         try:
             groups, multi, return_scores = _parse_body(
                 body, self.options.max_candidates_per_request
@@ -168,8 +178,9 @@ def create_app(
     max_batch_candidates: int = 32,
     max_wait_ms: float = 5.0,
     max_candidates_per_request: int = 256,
-    max_body_bytes: int = 64 * 1024 * 1024,
+    max_body_bytes: int | None = None,
     token: str | None = None,
+    limits: ServerLimits | None = None,
 ) -> web.Application:
     """Build the reranking application (routes `/health`, `/v1/rerank`, `/v1/stats`).
 
@@ -178,8 +189,10 @@ def create_app(
         max_batch_candidates: Most candidates per `score` call; bigger requests are split.
         max_wait_ms: How long the first queued candidate waits for others to join its batch.
         max_candidates_per_request: Most candidates one request may carry (over all its tasks).
-        max_body_bytes: Largest request body accepted; larger ones get 413.
+        max_body_bytes: Largest request body accepted; larger ones get 413 (overrides
+            `limits.max_body_bytes`, 64 MiB by default).
         token: If set, every route but `/health` needs `Authorization: Bearer <token>`.
+        limits: Body, timeout, in-flight and connection limits (`ServerLimits`).
 
     Returns:
         An `aiohttp.web.Application`; its batching worker starts and stops with the app.
@@ -190,19 +203,20 @@ def create_app(
         MissingExtra: aiohttp is not installed.
     """
     _require_aiohttp()
-    from aiohttp import web
-
     if not (
         isinstance(getattr(scorer, "model_id", None), str)
         and callable(getattr(scorer, "score", None))
         and callable(getattr(scorer, "info", None))
     ):
         raise TypeError("scorer must have a str model_id and score() and info() methods")
+    limits = limits if limits is not None else ServerLimits()
+    if max_body_bytes is not None:
+        limits = dataclasses.replace(limits, max_body_bytes=max_body_bytes)
     options = _Options(
-        max_batch_candidates, max_wait_ms, max_candidates_per_request, max_body_bytes, token
+        max_batch_candidates, max_wait_ms, max_candidates_per_request, limits.max_body_bytes, token
     )
     service = _Service(scorer, options)
-    app = web.Application(client_max_size=max_body_bytes, middlewares=service.middlewares)
+    app: web.Application = limited_application(limits, service.middlewares)
     app.cleanup_ctx.append(service.lifecycle)
     app.router.add_get("/health", service.health)
     app.router.add_get("/v1/stats", service.stats_view)
@@ -225,7 +239,8 @@ def run_server(
 ) -> None:
     """Serve `scorer` over HTTP until SIGTERM, Ctrl-C or `stop`; blocks, prints nothing.
 
-    Each ends in a graceful shutdown (requests in flight get 5 s); Ctrl-C then re-raises
+    Each ends in a graceful shutdown (slow and idle connections closed at once, requests
+    being answered get `limits.shutdown_s`, 10 s by default); Ctrl-C then re-raises
     `KeyboardInterrupt` for the caller.
 
     Args:
@@ -235,7 +250,7 @@ def run_server(
         token: Bearer token clients must send (see `create_app`).
         ready: Called as `ready(host, port)` once the server is listening.
         stop: Set it (from any thread) to shut the server down gracefully.
-        **app_options: Passed on to `create_app` (batch size, wait, limits).
+        **app_options: Passed on to `create_app` (batch size, wait, `limits`).
 
     Raises:
         ValueError: `host` is not loopback and no `token` is set, or a bad option.

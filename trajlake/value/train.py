@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trajlake._names import check_name, refuse_inside_lake
 from trajlake._progress import NullProgress, Progress
 from trajlake.errors import TrainingError, UnsupportedStorage
 from trajlake.value.artifacts import BASELINE_FILE
@@ -109,7 +110,8 @@ def model_id_for(recipe: Recipe, data: TrainingData) -> str:
     """`<name>-s<snapshot>-<hash of recipe + selection>`: the same recipe on the same data is
     the same model (re-registering it is a no-op)."""
     key = f"{recipe.fingerprint()}\x00{data.where or ''}"
-    return f"{recipe.name}-s{data.snapshot_id}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return check_name("model id", f"{recipe.name}-s{data.snapshot_id}-{digest}")
 
 
 def default_model_dir(lake: Lake, model_id: str) -> Path:
@@ -118,7 +120,7 @@ def default_model_dir(lake: Lake, model_id: str) -> Path:
         raise UnsupportedStorage(
             f"{lake.uri} is not a local lake: pass an output directory (--out) for the model"
         )
-    return Path(lake.location.uri) / "models" / model_id
+    return Path(lake.location.uri) / "models" / check_name("model id", model_id)
 
 
 def train_value_model(
@@ -148,6 +150,8 @@ def train_value_model(
     from trajlake.value.report import evaluation_report, write_report
 
     progress = progress or NullProgress()
+    if out is not None:
+        refuse_inside_lake(out, lake.location.uri, what="model directory")
     data = prepare_data(lake, recipe, at=at, where=where)
     model_id = model_id_for(recipe, data)
     directory = Path(out) if out is not None else default_model_dir(lake, model_id)
