@@ -3,6 +3,8 @@ and recording proxies in front of them writing into the test's lake."""
 
 from __future__ import annotations
 
+import gc
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,21 @@ from stub_upstream import Reply, Step, StubUpstream
 
 import trajlake as tl
 from trajlake.proxy.server import ProxyThread
+
+
+@pytest.fixture(autouse=True)
+def _collect_client_sockets() -> Iterator[None]:
+    """Collect what a proxy test leaves behind before the next test starts.
+
+    Client libraries (httpx under the SDKs, requests) can keep a connection of a cut stream or a
+    refused call in a reference cycle; its socket is closed whenever the cycle is collected, which
+    would otherwise happen in some unrelated later test and fail it there with a ResourceWarning.
+    """
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+
 
 MakeStub = Callable[..., StubUpstream]
 StartProxy = Callable[..., ProxyThread]
