@@ -18,7 +18,14 @@ from click.testing import CliRunner
 import trajlake as tl
 from trajlake.cli.main import cli
 from trajlake.errors import UnsupportedStorage
-from trajlake.loop import QUICK_SIZES, run_loop
+from trajlake.loop import (
+    QUICK_SIZES,
+    mean_interval,
+    parse_seeds,
+    run_loop,
+    summarize,
+)
+from trajlake.loop._steps import GEN1_VARIANT, VARIANTS
 from trajlake.synth import PolicyParams, SynthConfig, exact_success
 
 pytest.importorskip("torch")
@@ -162,6 +169,7 @@ def test_models_and_credit_runs_are_in_the_lake(demo: dict[str, Any]) -> None:
         ("outcome", "rise"),
         ("prefix-mc", "rise"),
         ("prefix-mc", "advantage"),
+        ("crossfit:text-td", "rise"),
     }
     kept = {r[0]: r[3] for r in runs}
     assert {r["run_name"]: r["kept_turns"] for r in report["credit_runs"]} == kept
@@ -196,7 +204,8 @@ def test_gen1_policy_is_saved_and_its_exact_success_reproduces(demo: dict[str, A
         rollouts_per_task=sizes.candidates,
         task_offset=sizes.gen0_tasks,
     )
-    chosen = next(p for p in report["policies"] if p["credit_run"] == "prefix-mc-rise")
+    chosen = next(p for p in report["policies"] if p["variant"] == GEN1_VARIANT)
+    assert chosen["credit_run"] == report["gen1_policy"]["credit_run"] == "value-model-rise"
     assert exact_success(policy, heldout) == pytest.approx(chosen["exact_success_heldout"])
     gen1 = next(g for g in report["generations"] if g["generation"] == 1)
     assert gen1["expected_success"] == pytest.approx(chosen["exact_success_heldout"])
@@ -333,3 +342,118 @@ def test_json_output_with_seed_and_out(tmp_path: Path) -> None:
     assert all(Path(p).parent == out for p in printed["plots"].values())
     ids = tl.open_lake(tmp_path / "lake").sql("SELECT trajectory_id FROM trajectories").rows()
     assert ids and all(i[0].startswith("synth-s1-") for i in ids)
+
+
+def test_a_policy_is_cloned_from_the_cross_fitted_credit_run(demo: dict[str, Any]) -> None:
+    lake, report = demo["lake"], demo["report"]
+    best = next(v for v in VARIANTS if v.key == "credit-rise-best")
+    # Gen-1 runs the built-in value model's rise policy: better over 8 seeds (README).
+    assert GEN1_VARIANT == report["gen1_policy"]["variant"] == "credit-rise-vm"
+    assert best.label == "credit-weighted: rise (cross-fitted text)"
+    # The rise mask keeps every turn of a resolved rollout and rising segments of failed ones;
+    # the text model's values differ between turns (it read the transcripts, not only R).
+    rows = lake.sql(
+        "SELECT o.resolved, count(*), count(*) FILTER (WHERE c.mask), "
+        "count(DISTINCT round(c.value_before, 6)) FROM credits c JOIN outcomes o "
+        "USING (trajectory_id) WHERE c.run_name = 'crossfit-td-rise' GROUP BY 1 ORDER BY 1"
+    ).rows()
+    (_, failed, failed_kept, failed_values), (_, resolved, resolved_kept, _) = rows
+    assert resolved_kept == resolved and 0 <= failed_kept < failed and failed_values > 10
+    policy = next(p for p in report["policies"] if p["variant"] == best.key)
+    assert policy["examples"] == resolved_kept + failed_kept
+    run = next(r for r in report["credit_runs"] if r["run_name"] == "crossfit-td-rise")
+    assert run["estimator"] == "crossfit:text-td"
+
+
+def test_seeds_are_parsed_from_ranges_and_lists() -> None:
+    assert parse_seeds("0-3") == [0, 1, 2, 3]
+    assert parse_seeds("0-2, 7,1") == [0, 1, 2, 7]
+    for bad in ("x", "3-1", "-2", "0-", ""):
+        with pytest.raises(ValueError, match="seeds"):
+            parse_seeds(bad)
+
+
+def test_mean_interval_is_the_student_t_interval() -> None:
+    got = mean_interval([0.5, 0.6, 0.7])
+    # mean 0.6, sd 0.1, t(0.975, 2 dof) = 4.302653 (tables): half-width 4.302653 · 0.1 / √3.
+    half = 4.302653 * 0.1 / 3**0.5
+    assert got.mean == pytest.approx(0.6) and got.sd == pytest.approx(0.1) and got.n == 3
+    assert got.low == pytest.approx(0.6 - half) and got.high == pytest.approx(0.6 + half)
+    # t(0.975, 9 dof) = 2.262157: ten values 0, 1, 0, 1, … have sd √(10 / 36).
+    ten = mean_interval([0.0, 1.0] * 5)
+    assert ten.high == pytest.approx(0.5 + 2.262157 * (10 / 36) ** 0.5 / 10**0.5, rel=1e-6)
+    one = mean_interval([0.4])
+    assert (one.mean, one.low, one.high, one.sd) == (0.4, None, None, None)
+
+
+def test_gains_over_rejection_sampling_are_paired_by_seed() -> None:
+    per_seed = {
+        0: {"resolved-only": 0.50, "best": 0.60},
+        1: {"resolved-only": 0.40, "best": 0.60},
+        2: {"resolved-only": 0.60, "best": 0.65},
+    }
+    rows = summarize(per_seed, {"resolved-only": "rejection sampling", "best": "best"})
+    baseline, best = rows
+    assert baseline.gain is None and baseline.success.mean == pytest.approx(0.5)
+    assert best.per_seed == {0: 0.60, 1: 0.60, 2: 0.65}
+    # Differences 0.10, 0.20, 0.05: mean 0.11667, sd 0.076376; unpaired, the baseline's own
+    # spread (sd 0.1) would widen the interval.
+    assert best.gain is not None and best.gain.mean == pytest.approx(0.35 / 3)
+    assert best.gain.sd == pytest.approx(0.0763763, rel=1e-5)
+    half = 4.302653 * 0.0763763 / 3**0.5
+    assert best.gain.low == pytest.approx(0.35 / 3 - half, rel=1e-5)
+    with pytest.raises(ValueError, match="'best' has no value for seed"):
+        summarize({0: {"resolved-only": 0.5}}, {"best": "best"})
+
+
+TINY_SIZES = QUICK_SIZES.__class__(20, 4, 6, 3, epochs=1, max_tokens=128)
+
+
+@pytest.mark.slow  # two small loop runs: ≈ 17 s on 2 cores (load ≈ 2)
+def test_two_seeds_end_to_end_summarise_their_own_reports(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from trajlake.loop import _run
+
+    monkeypatch.setattr(_run, "QUICK_SIZES", TINY_SIZES)  # the loop's steps, on fewer tasks
+    root = tmp_path / "seeds"
+    result = CliRunner().invoke(cli, ["demo", "--lake", str(root), "--quick", "--seeds", "0-1"])
+    assert result.exit_code == 0, result.output
+    assert "gain over rejection sampling, paired [95% CI]" in result.output
+    assert "— used for gen-1" in result.output
+    summary = json.loads((root / "seeds-report.json").read_text())
+    assert summary["seeds"] == [0, 1] and summary["gen1_variant"] == GEN1_VARIANT
+    reports = [
+        json.loads((root / f"seed-{s}" / "demo-report" / "report.json").read_text()) for s in (0, 1)
+    ]
+    assert [r["seed"] for r in reports] == [0, 1]
+    success = [{p["variant"]: p["exact_success_heldout"] for p in r["policies"]} for r in reports]
+    rows = {row["key"]: row for row in summary["policies"]}
+    assert list(rows) == ["gen-0", *(v.key for v in VARIANTS)]
+    t1 = 12.706205  # t(0.975, 1 dof): two seeds give wide intervals
+    for key, row in rows.items():
+        a, b = success[0][key], success[1][key]
+        assert row["per_seed"] == {"0": a, "1": b}
+        half = t1 * abs(a - b) / 2**0.5 / 2**0.5
+        assert row["success"]["mean"] == pytest.approx((a + b) / 2)
+        assert row["success"]["high"] == pytest.approx((a + b) / 2 + half, abs=1e-6)
+        if key == "resolved-only":
+            assert row["gain"] is None
+            continue
+        da, db = a - success[0]["resolved-only"], b - success[1]["resolved-only"]
+        assert row["gain"]["mean"] == pytest.approx((da + db) / 2)
+        assert row["gain"]["low"] == pytest.approx((da + db) / 2 - t1 * abs(da - db) / 2, abs=1e-6)
+    picked = [r["best_of_n"]["selected"] for r in reports]
+    gen1 = {row["key"]: row for row in summary["gen1"]}
+    assert gen1["selected"]["success"]["mean"] == pytest.approx(sum(picked) / 2)
+
+
+def test_seeds_options_are_checked(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    one = CliRunner().invoke(cli, ["demo", "--lake", lake, "--quick", "--seeds", "3"])
+    assert one.exit_code == 2 and "needs two or more" in one.output
+    both = CliRunner().invoke(cli, ["demo", "--lake", lake, "--seed", "1", "--seeds", "0-1"])
+    assert both.exit_code == 2 and "not both" in both.output
+    bad = CliRunner().invoke(cli, ["demo", "--lake", lake, "--seeds", "0-x"])
+    assert bad.exit_code == 2 and "'0-x'" in bad.output
+    assert not (tmp_path / "lake").exists()

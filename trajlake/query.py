@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+SqlParams = Sequence[Any] | Mapping[str, Any] | None
+"""Values bound to a query's placeholders: a sequence for `?`, a mapping for `$name`."""
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?P<analyze>ANALY[SZ]E\s+)?(?P<inner>.*)$", re.I | re.S)
 
@@ -170,12 +172,16 @@ class QuerySession:
             "(write data with `trajlake ingest` or the Python API)"
         )
 
-    def sql(self, query: str) -> QueryResult:
-        """Run a read-only query and materialise its result (within the session's timeout)."""
+    def sql(self, query: str, params: SqlParams = None) -> QueryResult:
+        """Run a read-only query and materialise its result (within the session's timeout).
+
+        `params` binds values to the query's placeholders (`?` with a sequence, `$name` with a
+        mapping), so values never need quoting into the SQL text.
+        """
         self.check_read_only(query)
         log.debug("query started (timeout %s s): %.200s", self.timeout, query)
         try:
-            table = self._bounded(lambda: _materialise(self.connection, query))
+            table = self._bounded(lambda: _materialise(self.connection, query, params))
         except duckdb.OutOfMemoryException as e:
             raise QueryOutOfMemory(
                 f"query needs more memory than its {self.limits.describe()} limit; raise it with "
@@ -188,7 +194,9 @@ class QuerySession:
             raise TrajlakeError(f"SQL error: {e}") from e
         return QueryResult(table)
 
-    def relation(self, query: str, *, own_cursor: bool = False) -> duckdb.DuckDBPyRelation:
+    def relation(
+        self, query: str, *, own_cursor: bool = False, params: SqlParams = None
+    ) -> duckdb.DuckDBPyRelation:
         """A lazy DuckDB relation, for streaming large results (`to_arrow_reader`).
 
         With `own_cursor`, it runs on a separate cursor, so other queries can run on the
@@ -205,7 +213,7 @@ class QuerySession:
             watchdog.daemon = True
             watchdog.start()
             self._watchdogs.append(watchdog)
-        return connection.sql(query)
+        return connection.sql(query, params=params)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """Another connection seeing the same views (closed with the session)."""
@@ -276,9 +284,11 @@ class QuerySession:
         self.close()
 
 
-def _materialise(connection: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
+def _materialise(
+    connection: duckdb.DuckDBPyConnection, query: str, params: SqlParams = None
+) -> pa.Table:
     try:
-        return connection.sql(query).to_arrow_table()
+        return connection.sql(query, params=params).to_arrow_table()
     except AttributeError:  # a statement without result (e.g. EXPLAIN in some versions)
         return pa.table({})
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +34,8 @@ class StubJudge:
     fail_first: int = 0
     """Answer this many requests with HTTP 500 before answering normally."""
     fail_status: int = 500
+    reply: Callable[[dict[str, Any]], str] | None = None
+    """When set, the answer's content is `reply(request body)` (mode and T are ignored)."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     url: str = ""
@@ -54,7 +56,9 @@ class StubJudge:
         match = re.search(r"T = (\d+) turns", prompt)
         n_turns = int(match.group(1)) if match else 0
         payload = json.dumps({"estimates": stub_estimates(n_turns)})
-        if self.mode == "fenced":
+        if self.reply is not None:
+            content = self.reply(body)
+        elif self.mode == "fenced":
             content = f"Here is my estimate.\n```json\n{payload}\n```\nDone."
         elif self.mode == "malformed":
             content = "I think the agent did fine, roughly seventy percent."

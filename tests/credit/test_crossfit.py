@@ -160,7 +160,7 @@ def test_real_corpus_end_to_end(lake: tl.Lake, tmp_path: Path) -> None:
         writer.writerows([tid, "true" if i % 2 else "false"] for i, (tid,) in enumerate(unlabelled))
     lake.label(str(tmp_path / "labels.csv"))
     runner = CliRunner()
-    for estimator in ("crossfit:text-td",):
+    for estimator in ("crossfit:text-td", "crossfit:text-task"):
         result = runner.invoke(
             credit,
             ["--lake", lake.uri, "--estimator", estimator, "--name", estimator, "-o", "json"],

@@ -10,7 +10,7 @@ import click
 from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
 from trajlake.cli.output import dumps
 from trajlake.credit.masks import MASK_RULES
-from trajlake.credit.runs import diagnostics, run_credit
+from trajlake.credit.runs import AUTO_CROSSFIT, AUTO_MIN_TASKS, diagnostics, run_credit
 
 
 def parse_source_options(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -33,11 +33,17 @@ def parse_source_options(pairs: tuple[str, ...]) -> dict[str, Any]:
 @lake_options
 @click.option(
     "--estimator",
-    default="outcome",
+    default="auto",
     show_default=True,
     metavar="NAME",
-    help="Value source: outcome, prefix-mc, group, group:rloo, value-model:<path|builtin>, judge, "
-    "crossfit:text, crossfit:text-td (out-of-fold text value models), anchor.",
+    help=f"Value source: auto (picks one from the data and says which and why: {AUTO_CROSSFIT} "
+    f"with labels on >= {AUTO_MIN_TASKS} tasks, else anchor when tasks have several rollouts), "
+    "outcome, prefix-mc, group, group:rloo, value-model:<path|builtin>, judge, judge:rubric, "
+    "crossfit:text, crossfit:text-td (out-of-fold text value models), crossfit:text-task, "
+    "crossfit:text-td-task (the same plus the task's success rate from sibling rollouts), "
+    "anchor, progress, progress-td (per-turn progress summing to the outcome), "
+    "hindsight:<model name|dir|fit> (causal-LM hindsight), ensemble:<a>+<b>+... "
+    "(cross-fitted combination). See docs/credit.md for what each measured.",
 )
 @click.option("--gamma", type=float, default=1.0, show_default=True, help="Discount γ of GAE.")
 @click.option(
@@ -65,7 +71,9 @@ def parse_source_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     multiple=True,
     metavar="KEY=VALUE",
     help="Value-source argument, repeatable (VALUE parsed as JSON when it is JSON), e.g. "
-    "min_visits=3, base_url=... model=... for judge, folds=5 seed=0 l2=... for crossfit:text.",
+    "min_visits=3, base_url=... model=... for judge (prompt=rubric or rubric=FILE for a rubric), "
+    "folds=5 seed=0 l2=... for crossfit:text, link=logit mc_weight=3 for progress, "
+    "component_options={...} for ensemble. With auto they go to the chosen source.",
 )
 @click.option("--diagnose", is_flag=True, help="Also compute Orchard's diagnostics of the run.")
 @output_option()
@@ -90,7 +98,9 @@ def credit(
 
     One row per turn goes to the `credits` table in one commit; re-running a stored run
     (same name, snapshot and parameters) adds nothing. Query it with
-    `trajlake sql "SELECT * FROM credits WHERE run_name = '...'"`.
+    `trajlake sql "SELECT * FROM credits WHERE run_name = '...'"`. Assumptions the data
+    breaks (one rollout per task, no task id, no outcome, fewer tasks than folds) are printed
+    as warnings (`warnings` in JSON).
     """
     opened = lake.open()
     report = run_credit(

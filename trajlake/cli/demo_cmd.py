@@ -9,7 +9,38 @@ from trajlake.cli.options import output_option
 from trajlake.cli.output import dumps, make_output
 from trajlake.cli.progress import progress_for
 from trajlake.demo import DEFAULT_LAKE, run_demo
+from trajlake.loop import parse_seeds, run_seeds, seeds_table
 from trajlake.tour import DEFAULT_TOUR_LAKE, run_tour
+
+
+def _parse_seeds(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        seeds = parse_seeds(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param) from e
+    if len(seeds) < 2:
+        raise click.BadParameter(
+            f"{value!r} is one seed; an interval over seeds needs two or more (one run: --seed)",
+            ctx,
+            param,
+        )
+    return seeds
+
+
+def _demo_seeds(lake: str, quick: bool, seeds: list[int], out: str | None, output: str) -> None:
+    report = run_seeds(lake, seeds, quick=quick, out=out, progress=progress_for("items"))
+    if output == "json":
+        click.echo(dumps(report.to_dict()))
+        return
+    kind = "quick runs" if report.quick else "default runs"
+    click.echo(f"{len(seeds)} {kind} in {report.root} ({report.seconds:.0f} s)")
+    click.echo(seeds_table(report))
+    click.echo(
+        "CI: Student-t 95% interval over seeds; gain: (policy − rejection sampling) per seed, "
+        "the same tasks and rollouts"
+    )
 
 
 @click.command()
@@ -23,20 +54,43 @@ from trajlake.tour import DEFAULT_TOUR_LAKE, run_tour
 @click.option("--quick", is_flag=True, help="A smaller run: well under a minute on 2 CPU cores.")
 @click.option("--seed", default=0, show_default=True, help="Seed of tasks, rollouts and outcomes.")
 @click.option(
+    "--seeds",
+    default=None,
+    metavar="LIST",
+    callback=_parse_seeds,
+    help="Run the loop once per seed (e.g. 0-9 or 0,2,5), each in a new lake <lake>/seed-<n>, "
+    "and report every policy's held-out success over seeds: mean, 95% CI and the gain over "
+    "rejection sampling paired by seed (summary in <lake>/seeds-report.json).",
+)
+@click.option(
     "--out",
     default=None,
     metavar="DIR",
     help="Folder for the report, plots, data and SFT exports (default: <lake>/demo-report).",
 )
 @output_option()
-def demo(lake: str, quick: bool, seed: int, out: str | None, output: str) -> None:
+@click.pass_context
+def demo(
+    ctx: click.Context,
+    lake: str,
+    quick: bool,
+    seed: int,
+    seeds: list[int] | None,
+    out: str | None,
+    output: str,
+) -> None:
     """Run the generation loop end to end on the synthetic environment.
 
     gen-0 rollouts → ingest → label → tag gen-0 → credit → SFT export → behaviour cloning and a
     tiny value model → gen-1 on held-out tasks with best-of-N → ingest with lineage → tag gen-1;
     then success per generation and method (SQL over the lake), the policy comparison table
-    and PNG plots.
+    and PNG plots. With --seeds, the loop once per seed and the tables over seeds.
     """
+    if seeds is not None:
+        if ctx.get_parameter_source("seed") is not click.core.ParameterSource.DEFAULT:
+            raise click.UsageError("give --seed (one run) or --seeds (several), not both")
+        _demo_seeds(lake, quick, seeds, out, output)
+        return
     report = run_demo(lake, quick=quick, seed=seed, out=out, progress=progress_for("items"))
     if output == "json":
         click.echo(dumps(report.to_dict()))

@@ -44,9 +44,9 @@ def with_effective_outcome(
 ) -> CanonicalTrajectory:
     """A copy of the record whose attrs carry its effective outcome from the `outcomes` view:
     `{resolved, reward, source}`, where source is `label:<source>` or what the rollout said."""
-    quoted = "'" + record.trajectory_id.replace("'", "''") + "'"
     rows = lake.sql(
-        f"SELECT resolved, reward, outcome_source FROM outcomes WHERE trajectory_id = {quoted}",
+        "SELECT resolved, reward, outcome_source FROM outcomes WHERE trajectory_id = ?",
+        [record.trajectory_id],
         at=at,
     ).rows()
     if not rows:

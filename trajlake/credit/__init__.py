@@ -3,6 +3,7 @@
 from trajlake.credit._types import TrajectoryTurns, Turn, ValueSource
 from trajlake.credit.anchored import AnchoredValues
 from trajlake.credit.crossfit import CrossFitTextValues
+from trajlake.credit.ensemble import EnsembleValues
 from trajlake.credit.estimators import (
     gae,
     mc_returns,
@@ -11,6 +12,7 @@ from trajlake.credit.estimators import (
     td_credits,
     td_errors,
 )
+from trajlake.credit.hindsight import HindsightValues
 from trajlake.credit.masks import (
     MASK_RULES,
     TurnMasks,
@@ -20,6 +22,7 @@ from trajlake.credit.masks import (
     rise,
     step_reject,
 )
+from trajlake.credit.progress import ProgressValues
 from trajlake.credit.runs import CreditRunReport, diagnostics, list_credit_runs, run_credit
 from trajlake.credit.turns import TURNS_VIEW_SQL, load_turns
 from trajlake.credit.values import (
@@ -40,9 +43,12 @@ __all__ = [
     "AnchoredValues",
     "CreditRunReport",
     "CrossFitTextValues",
+    "EnsembleValues",
     "GroupValues",
+    "HindsightValues",
     "OutcomeValues",
     "PrefixMCValues",
+    "ProgressValues",
     "TrajectoryTurns",
     "Turn",
     "TurnMasks",

@@ -66,12 +66,17 @@ def _outcome_text(outcome: float) -> str:
 
 
 def render_trajectory(
-    traj: TrajectoryTurns, context: TurnContext | None = None, *, max_chars: int = 24_000
+    traj: TrajectoryTurns,
+    context: TurnContext | None = None,
+    *,
+    max_chars: int = 24_000,
+    instruction: str | None = None,
 ) -> str:
     """The user message: task, numbered turns (action, observation), outcome, within `max_chars`.
 
     Each turn gets an equal share of the budget; a longer turn is cut in its middle, so the
-    command and the end of its output (where errors and test summaries sit) survive.
+    command and the end of its output (where errors and test summaries sit) survive. The last
+    line is `instruction` (default: the request for the key-point estimates).
     """
     context = context or TurnContext()
     n = len(traj.turns)
@@ -83,7 +88,8 @@ def render_trajectory(
     head.append(f"The trajectory has T = {n} turns.")
     tail = [
         f"=== FINAL OUTCOME ===\n{outcome}",
-        f'Now give the JSON object {{"estimates": [...]}} for a few key points in 0..{n}.',
+        instruction
+        or f'Now give the JSON object {{"estimates": [...]}} for a few key points in 0..{n}.',
     ]
     fixed = sum(len(s) + 2 for s in head + tail) + 60
     per_turn = max((max_chars - fixed) // max(n, 1) - 40, 160)
@@ -114,7 +120,7 @@ def build_messages(
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 
 
-def _json_candidates(text: str) -> list[Any]:
+def json_candidates(text: str) -> list[Any]:
     """Every JSON value the text may hold: fenced blocks, the whole text, embedded objects."""
     found: list[Any] = []
     chunks = [m.group(1) for m in _FENCE.finditer(text)] + [text]
@@ -172,7 +178,7 @@ def parse_estimates(text: str, n_turns: int) -> dict[int, float] | None:
     Accepts JSON in code fences or surrounded by prose; entries with a point outside 0..T or a
     non-numeric value are dropped; values are clipped to [0, 1].
     """
-    for candidate in _json_candidates(text):
+    for candidate in json_candidates(text):
         estimates = _estimates_from(candidate, n_turns)
         if estimates is not None:
             return estimates

@@ -19,7 +19,8 @@ Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
 
 N_SCALARS = 4
-"""Budget fraction, log(1 + turn index), share of failed turns so far, last turn failed."""
+"""Budget fraction, log(1 + turn index), share of failed turns so far, last turn failed: the
+scalars every design has; `with_columns` appends more (the weights follow the matrix width)."""
 
 
 @dataclass
@@ -27,11 +28,11 @@ class PrefixDesign:
     """The feature rows of a set of trajectories (row_start[i] … row_start[i+1]−1: s_0 … s_T)."""
 
     a_size: int
-    """Buckets of block A (weights 1 + N_SCALARS …); block B follows with `b_size`."""
+    """Buckets of block A (weights 1 + n_scalars …); block B follows with `b_size`."""
     b_size: int
     row_start: Ints
     scalars: Floats
-    """Shape (rows, N_SCALARS)."""
+    """Shape (rows, n_scalars): N_SCALARS or more columns."""
     a_index: Ints
     a_sign: Floats
     a_row: Ints
@@ -46,9 +47,14 @@ class PrefixDesign:
         return int(self.row_start[-1])
 
     @property
+    def n_scalars(self) -> int:
+        """Columns of `scalars`."""
+        return int(self.scalars.shape[1])
+
+    @property
     def n_weights(self) -> int:
         """Bias + scalars + the two blocks of buckets."""
-        return 1 + N_SCALARS + self.a_size + self.b_size
+        return 1 + self.n_scalars + self.a_size + self.b_size
 
     def traj_of_row(self) -> Ints:
         """Index of the trajectory of each row."""
@@ -71,13 +77,22 @@ class PrefixDesign:
 
         a = entries(self.a_index, self.a_sign, self.a_row)
         b = entries(self.b_index, self.b_sign, self.b_row)
-        scalars = np.empty((int(new_start[-1]), N_SCALARS))
+        scalars = np.empty((int(new_start[-1]), self.n_scalars))
         scalars[remap[keep]] = self.scalars[keep]
         return PrefixDesign(self.a_size, self.b_size, new_start, scalars, *a, *b)
 
+    def with_columns(self, columns: Floats) -> PrefixDesign:
+        """The same rows with `columns` (shape (rows, k)) appended to the scalars."""
+        if columns.ndim != 2 or columns.shape[0] != self.n_rows:
+            raise ValueError(f"columns must have shape ({self.n_rows}, k), got {columns.shape}")
+        return PrefixDesign(
+            self.a_size, self.b_size, self.row_start, np.hstack([self.scalars, columns]),
+            self.a_index, self.a_sign, self.a_row, self.b_index, self.b_sign, self.b_row,
+        )  # fmt: skip
+
     def active_weights(self) -> Ints:
         """Indices (into the weight vector) of the bias, the scalars and the used buckets."""
-        head = 1 + N_SCALARS
+        head = 1 + self.n_scalars
         return np.concatenate(
             [
                 np.arange(head),
@@ -88,7 +103,7 @@ class PrefixDesign:
 
     def compact(self, active: Ints) -> PrefixDesign:
         """The same rows over the `active` weights only (from `active_weights`)."""
-        head = 1 + N_SCALARS
+        head = 1 + self.n_scalars
         a_used = active[(active >= head) & (active < head + self.a_size)] - head
         b_used = active[active >= head + self.a_size] - head - self.a_size
         return PrefixDesign(
@@ -106,8 +121,8 @@ class PrefixDesign:
 
     def scores(self, w: Floats) -> Floats:
         """The logit of every row under weights `w`."""
-        d = self.a_size
-        wa, wb = w[1 + N_SCALARS : 1 + N_SCALARS + d], w[1 + N_SCALARS + d :]
+        d, head = self.a_size, 1 + self.n_scalars
+        wa, wb = w[head : head + d], w[head + d :]
         n = self.n_rows
         step = np.bincount(self.a_row, weights=wa[self.a_index] * self.a_sign, minlength=n)
         running = np.cumsum(step)
@@ -115,12 +130,12 @@ class PrefixDesign:
         # running sum there restarts it at each trajectory.
         running -= np.repeat(running[self.row_start[:-1]], np.diff(self.row_start))
         last = np.bincount(self.b_row, weights=wb[self.b_index] * self.b_sign, minlength=n)
-        out: Floats = w[0] + self.scalars @ w[1 : 1 + N_SCALARS] + running + last
+        out: Floats = w[0] + self.scalars @ w[1:head] + running + last
         return out
 
     def gradient(self, residual: Floats) -> Floats:
         """X^T residual for per-row residuals (the gradient of the loss in the logits)."""
-        d = self.a_size
+        d, head = self.a_size, 1 + self.n_scalars
         # Reverse running sum within each trajectory: a block-A feature first present at row r
         # is present in rows r … end, so its gradient collects their residuals.
         total = np.concatenate([np.cumsum(residual[::-1])[::-1], [0.0]])
@@ -128,11 +143,11 @@ class PrefixDesign:
         tail = total[:-1] - total[ends]
         out = np.empty(self.n_weights)
         out[0] = residual.sum()
-        out[1 : 1 + N_SCALARS] = self.scalars.T @ residual
-        out[1 + N_SCALARS : 1 + N_SCALARS + d] = np.bincount(
+        out[1:head] = self.scalars.T @ residual
+        out[head : head + d] = np.bincount(
             self.a_index, weights=self.a_sign * tail[self.a_row], minlength=d
         )
-        out[1 + N_SCALARS + d :] = np.bincount(
+        out[head + d :] = np.bincount(
             self.b_index, weights=self.b_sign * residual[self.b_row], minlength=self.b_size
         )
         return out

@@ -1,10 +1,16 @@
-"""`crossfit:text` / `crossfit:text-td` — a cross-fitted sparse text prefix value model.
+"""`crossfit:text` / `crossfit:text-td` (and `-task` variants) — a cross-fitted sparse text
+prefix value model.
 
 Prefix features are signed hashed uni- and bigrams of the normalised actions (tool names and
 argument tokens), the assistant's text and the observations (status, error and test-result
 words; numbers, paths and hashes normalised), plus a few scalars. Tasks are split into K folds
 (by `task_id`; a trajectory without one is a task of its own) and every trajectory is valued by
 the model fitted on the other folds, so no value comes from a model that saw its task.
+
+The `-task` variants (`task_prior=True`) add the task's level as two scalars: the smoothed
+success rate of the *other* rollouts of the same task (leave-one-out, so a trajectory's own
+outcome never enters its values). Text read on other tasks cannot tell how hard this task is;
+its sibling rollouts can.
 """
 
 from __future__ import annotations
@@ -114,6 +120,43 @@ class TextFeaturiser:
         return out
 
 
+def task_rates(trajectories: Sequence[TrajectoryTurns], prior: float = 2.0) -> Floats:
+    """Per trajectory, the smoothed success rate of the *other* labelled rollouts of its task:
+    (k + prior·p) / (n + prior), with p the mean outcome of all labelled trajectories.
+
+    Leave-one-out, so a trajectory's own outcome never enters its value; a task with one
+    rollout gets p."""
+    labelled = [float(t.outcome) for t in trajectories if t.outcome is not None]
+    p = float(np.mean(labelled)) if labelled else 0.5
+    wins: dict[str, float] = {}
+    runs: dict[str, int] = {}
+    for t in trajectories:
+        if t.outcome is not None:
+            key = task_key(t)
+            wins[key] = wins.get(key, 0.0) + float(t.outcome)
+            runs[key] = runs.get(key, 0) + 1
+    out = np.empty(len(trajectories))
+    for i, t in enumerate(trajectories):
+        key = task_key(t)
+        k, n = wins.get(key, 0.0), runs.get(key, 0)
+        if t.outcome is not None:
+            k, n = k - float(t.outcome), n - 1
+        out[i] = (k + prior * p) / (n + prior)
+    return out
+
+
+def with_task_prior(design: PrefixDesign, rates: Floats | None) -> PrefixDesign:
+    """`design` with two more scalars per row: logit of its trajectory's `task_rates` entry,
+    and that times the budget fraction (how much the task's level matters changes with the
+    turns left). Unchanged when `rates` is None."""
+    if rates is None:
+        return design
+    q = np.clip(rates, 1e-3, 1 - 1e-3)
+    z = np.log(q / (1 - q))
+    column = np.repeat(z, np.diff(design.row_start))
+    return design.with_columns(np.column_stack([column, column * design.scalars[:, 0]]))
+
+
 def lambda_targets(values: Floats, row_start: Ints, lam: float) -> Floats:
     """TD(λ) targets per row: G_T = V(s_T) and G_t = (1−λ) V(s_{t+1}) + λ G_{t+1}.
 
@@ -138,6 +181,7 @@ class CrossFitTextValues:
     model's estimate when the outcome is unknown). Targets: `mc` (the outcome for every prefix)
     or `td` (TD(λ) targets refitted for `sweeps` rounds, starting from the MC fit). After a call,
     `fold_of_task` and `train_tasks` say which tasks trained the model that valued each fold.
+    `task_prior` adds the scalars of `with_task_prior` (the leave-one-out task success rate).
     """
 
     def __init__(
@@ -157,6 +201,7 @@ class CrossFitTextValues:
         lake: Lake | None = None,
         at: SnapshotRef = None,
         observations: Mapping[Key, Observation] | None = None,
+        task_prior: bool = False,
     ) -> None:
         if target not in ("mc", "td"):
             raise ValueError(f"target must be 'mc' or 'td', got {target!r}")
@@ -172,10 +217,13 @@ class CrossFitTextValues:
             raise ValueError(f"l2 must be >= 0, got {l2}")
         self.target = target
         self.name = "crossfit:text" if target == "mc" else "crossfit:text-td"
+        if task_prior:
+            self.name = "crossfit:text-task" if target == "mc" else "crossfit:text-td-task"
         self.folds, self.seed, self.td_lambda, self.sweeps = folds, seed, td_lambda, sweeps
         self.l2, self.iterations, self.n_buckets = float(l2), iterations, n_buckets
         self.budget, self.max_train, self.chunk = budget, max_train, chunk
         self.lake, self.at, self.observations = lake, at, observations
+        self.task_prior = task_prior
         self.fold_of_task: dict[str, int] = {}
         self.train_tasks: list[set[str]] = []
 
@@ -201,21 +249,31 @@ class CrossFitTextValues:
         """Out-of-fold V(s_0) … V(s_T) of every trajectory."""
         trajs = [t for t in trajectories if t.turns or t.outcome is not None]
         fold = self.fold_of_task = self.assign_folds(trajs)
-        featuriser = TextFeaturiser(
-            self.n_buckets,
-            self.budget or max((len(t.turns) for t in trajs), default=1),
-            self._observations(trajs),
-            NgramHasher(),
+        from trajlake.credit._featurise_pool import pooled  # it imports this module
+
+        featuriser = pooled(  # large inputs are featurised over worker processes
+            TextFeaturiser(
+                self.n_buckets,
+                self.budget or max((len(t.turns) for t in trajs), default=1),
+                self._observations(trajs),
+                NgramHasher(),
+            )
         )
         labelled = [i for i, t in enumerate(trajs) if t.outcome is not None]
         rng = np.random.default_rng(self.seed)
         if len(labelled) > self.max_train:
             labelled = sorted(rng.choice(labelled, self.max_train, replace=False).tolist())
+        rates = task_rates(trajs) if self.task_prior else None
         whole = featuriser.design(trajs) if len(trajs) <= self.chunk else None
+        if whole is not None:
+            whole = with_task_prior(whole, rates)
         train = (
             whole.subset(labelled)
             if whole is not None
-            else featuriser.design([trajs[i] for i in labelled])
+            else with_task_prior(
+                featuriser.design([trajs[i] for i in labelled]),
+                None if rates is None else rates[labelled],
+            )
         )
         outcomes = np.asarray([float(trajs[i].outcome) for i in labelled])  # type: ignore[arg-type]
         train_fold = np.asarray([fold[task_key(trajs[i])] for i in labelled])
@@ -226,7 +284,7 @@ class CrossFitTextValues:
             members = np.nonzero(train_fold != f)[0]
             self.train_tasks.append({task_key(trajs[labelled[j]]) for j in members})
             weights.append(self._fit(train.subset(members), outcomes[members]))
-        return self._predict(trajs, fold, weights, featuriser, whole)
+        return self._predict(trajs, fold, weights, featuriser, whole, rates)
 
     def _observations(self, trajs: Sequence[TrajectoryTurns]) -> Mapping[Key, Observation]:
         if self.observations is not None:
@@ -258,11 +316,18 @@ class CrossFitTextValues:
         weights: Sequence[Floats],
         featuriser: TextFeaturiser,
         whole: PrefixDesign | None,
+        rates: Floats | None,
     ) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
         for lo in range(0, len(trajs), self.chunk):
             part = trajs[lo : lo + self.chunk]
-            design = whole if whole is not None else featuriser.design(part)
+            design = (
+                whole
+                if whole is not None
+                else with_task_prior(
+                    featuriser.design(part), None if rates is None else rates[lo : lo + self.chunk]
+                )
+            )
             folds = np.asarray([fold[task_key(t)] for t in part])
             for f, w in enumerate(weights):
                 members = np.nonzero(folds == f)[0]

@@ -1,7 +1,8 @@
 """Retrospective LLM judge as a value source, with every prompt and answer cached in `calls`.
 
-The judge sees a whole trajectory and its outcome and names P(success) at a few key turns
-(Orchard's retrospective value, reference/methods.md §1.3); the rest is linearly interpolated.
+The judge sees a whole trajectory and its outcome and, at a few key turns, names P(success)
+(`prompt="default"`, Orchard's retrospective value) or scores the criteria of a rubric
+(`prompt="rubric"`, value = the weighted mean of the scores); the rest is linearly interpolated.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from trajlake.credit._judge_prompt import (
@@ -31,14 +33,32 @@ from trajlake.credit._judge_prompt import (
     parse_estimates,
     response_text,
 )
+from trajlake.credit._judge_rubric import (
+    DEFAULT_RUBRIC,
+    Criterion,
+    Rubric,
+    build_rubric_messages,
+    load_rubric,
+    parse_rubric_answer,
+)
 from trajlake.credit._types import TrajectoryTurns
 from trajlake.errors import JudgeError
 from trajlake.records import rows_for_table
 
 if TYPE_CHECKING:
     from trajlake.lake import Lake
+    from trajlake.lake._lake import SnapshotRef
 
-__all__ = ["JudgeError", "JudgeReport", "JudgeValues", "cache_key"]
+__all__ = [
+    "DEFAULT_RUBRIC",
+    "Criterion",
+    "JudgeError",
+    "JudgeReport",
+    "JudgeValues",
+    "Rubric",
+    "cache_key",
+    "load_rubric",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +80,10 @@ class JudgeReport:
     """HTTP requests sent (retries included)."""
     fallbacks: list[str] = field(default_factory=list)
     """Trajectories whose judge answer was unusable: values are the outcome broadcast."""
+    unusable: dict[str, str] = field(default_factory=dict)
+    """Why each fallback's last answer was unusable, by trajectory id."""
+    scores: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+    """Rubric prompt only: criterion scores at the key points, by trajectory id."""
     failed: list[str] = field(default_factory=list)
     """Trajectories whose requests failed (HTTP/transport): outcome broadcast, not cached."""
     prompt_tokens: int = 0
@@ -68,9 +92,11 @@ class JudgeReport:
     """Snapshot holding the new `calls` rows (None when nothing new was stored)."""
 
 
-def cache_key(model: str, messages: Sequence[Mapping[str, str]]) -> str:
+def cache_key(
+    model: str, messages: Sequence[Mapping[str, str]], prompt_version: str = PROMPT_VERSION
+) -> str:
     """sha256 over (model, prompt, prompt version): the identity of a judge question."""
-    payload = json.dumps([model, list(messages), PROMPT_VERSION], sort_keys=True)
+    payload = json.dumps([model, list(messages), prompt_version], sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -82,6 +108,9 @@ class _Outcome:
     cache_hit: bool = False
     fallback: bool = False
     failed: bool = False
+    error: str | None = None
+    """Why the last answer was unusable."""
+    scores: dict[int, dict[str, float]] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -90,10 +119,9 @@ class JudgeValues:
     """Value source: a retrospective LLM judge through any OpenAI-compatible endpoint.
 
     Every request and response is stored in the lake's `calls` table, keyed by
-    `attrs.cache_key`; a repeated question is answered from the lake without a request.
+    `attrs.cache_key` (model, prompt, sampling parameters and prompt version); a repeated
+    question is answered from the lake without a request.
     """
-
-    name = "judge"
 
     def __init__(
         self,
@@ -112,6 +140,9 @@ class JudgeValues:
         observations: bool = True,
         on_error: Literal["fallback", "raise"] = "fallback",
         extra_body: Mapping[str, Any] | None = None,
+        prompt: Literal["default", "rubric"] | None = None,
+        rubric: str | Path | Mapping[str, Any] | Rubric | None = None,
+        at: SnapshotRef = None,
     ) -> None:
         """Configure the judge.
 
@@ -131,7 +162,23 @@ class JudgeValues:
             observations: show the task statement and tool observations read from the lake.
             on_error: after exhausted retries, fall back to the outcome broadcast or raise.
             extra_body: further request fields (e.g. `{"seed": 0}`), part of the cache key.
+            prompt: `default` (P(success) at key turns) or `rubric` (criterion scores at key
+                turns; the default when `rubric` is given).
+            rubric: the rubric prompt's criteria: a `.json`/`.yaml` file, a mapping or a
+                `Rubric` (default: `DEFAULT_RUBRIC`, seven process criteria).
+            at: snapshot whose task statements and observations are shown.
         """
+        if prompt is None:
+            prompt = "rubric" if rubric is not None else "default"
+        if prompt not in ("default", "rubric"):
+            raise ValueError(f"prompt must be 'default' or 'rubric', got {prompt!r}")
+        if rubric is not None and prompt != "rubric":
+            raise ValueError("rubric= is used by the rubric prompt; pass prompt='rubric'")
+        self.prompt = prompt
+        self.rubric = load_rubric(rubric) if prompt == "rubric" else None
+        self.prompt_version = self.rubric.version if self.rubric else PROMPT_VERSION
+        self.name = "judge:rubric" if self.rubric else "judge"
+        self.at = at
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         if max_retries < 0:
@@ -168,7 +215,10 @@ class JudgeValues:
             t.trajectory_id: self.request_body(t, contexts.get((t.trajectory_id, t.thread)))
             for t in todo
         }
-        keys = {tid: cache_key(self.model, self._keyed(body)) for tid, body in bodies.items()}
+        keys = {
+            tid: cache_key(self.model, self._keyed(body), self.prompt_version)
+            for tid, body in bodies.items()
+        }
         cached = self._cached_responses(set(keys.values()))
         lock = threading.Lock()
         results: dict[str, _Outcome] = {}
@@ -196,8 +246,11 @@ class JudgeValues:
             report.cache_hits += out.cache_hit
             report.prompt_tokens += out.prompt_tokens
             report.completion_tokens += out.completion_tokens
+            if out.scores:
+                report.scores[tid] = out.scores
             if out.fallback:
                 report.fallbacks.append(tid)
+                report.unusable[tid] = out.error or "unusable answer"
             if out.failed:
                 report.failed.append(tid)
         if new_calls:
@@ -208,6 +261,15 @@ class JudgeValues:
             )
             report.snapshot_id = result.snapshot_id
         self.last_report = report
+        if report.fallbacks:
+            log.warning(
+                "%s: %d of %d answers unusable, outcome broadcast for them (first: %s: %s)",
+                self.name,
+                len(report.fallbacks),
+                len(todo),
+                report.fallbacks[0],
+                report.unusable[report.fallbacks[0]],
+            )
         if report.failed and self.on_error == "raise":
             raise JudgeError(
                 f"judge requests to {self.url} failed for {len(report.failed)} trajectories "
@@ -219,9 +281,14 @@ class JudgeValues:
         self, traj: TrajectoryTurns, context: TurnContext | None = None
     ) -> dict[str, Any]:
         """The chat-completions request body of one trajectory's judge question."""
+        messages = (
+            build_rubric_messages(traj, self.rubric, context, max_chars=self.max_chars)
+            if self.rubric
+            else build_messages(traj, context, max_chars=self.max_chars)
+        )
         return {
             "model": self.model,
-            "messages": build_messages(traj, context, max_chars=self.max_chars),
+            "messages": messages,
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
             **self.extra_body,
@@ -262,7 +329,8 @@ class JudgeValues:
         rows = self.lake.sql(
             "SELECT trajectory_id, thread, idx, turn, role, content FROM messages "
             f"WHERE trajectory_id IN ({ids}) AND role IN ('user', 'tool') "
-            "AND NOT is_copied_context ORDER BY trajectory_id, thread, idx"
+            "AND NOT is_copied_context ORDER BY trajectory_id, thread, idx",
+            at=self.at,
         ).to_dicts()
         tasks: dict[tuple[str, str], str] = {}
         obs: dict[tuple[str, str], dict[int, list[str]]] = {}
@@ -287,12 +355,15 @@ class JudgeValues:
         self, traj: TrajectoryTurns, body: dict[str, Any], key: str, cached: list[Any]
     ) -> _Outcome:
         n, outcome = len(traj.turns), float(traj.outcome or 0.0)
+        error: str | None = None
         for hit in cached:
-            estimates = self._estimates(hit, n)
+            estimates, scores, error = self._estimates(hit, n)
             if estimates is not None:
-                return _Outcome(interpolate(estimates, n, outcome), [], cache_hit=True)
+                values = interpolate(estimates, n, outcome)
+                return _Outcome(values, [], cache_hit=True, scores=scores)
         if cached:  # answered before, unusably every time: the same fallback, no new request
-            return _Outcome(outcome_broadcast(n, outcome), [], cache_hit=True, fallback=True)
+            values = outcome_broadcast(n, outcome)
+            return _Outcome(values, [], cache_hit=True, fallback=True, error=error)
         out = _Outcome(outcome_broadcast(n, outcome), [])
         for attempt in range(2):  # an unusable answer is asked again once
             row, requests = self._call(traj, body, key, seq=attempt)
@@ -304,19 +375,38 @@ class JudgeValues:
                 out.failed = True
                 log.warning("judge failed for %s: %s", traj.trajectory_id, row["error"])
                 return out
-            estimates = self._estimates(row["response"], n)
+            estimates, out.scores, out.error = self._estimates(row["response"], n)
             if estimates is not None:
                 out.values = interpolate(estimates, n, outcome)
                 return out
-            log.info("unusable judge answer for %s (attempt %d)", traj.trajectory_id, attempt + 1)
+            row["attrs"]["parse_error"] = out.error
+            log.info(
+                "unusable judge answer for %s (attempt %d): %s",
+                traj.trajectory_id,
+                attempt + 1,
+                out.error,
+            )
         out.fallback = True
         log.warning("judge answers for %s unusable; outcome broadcast", traj.trajectory_id)
         return out
 
-    @staticmethod
-    def _estimates(body: Any, n_turns: int) -> dict[int, float] | None:
+    def _estimates(
+        self, body: Any, n_turns: int
+    ) -> tuple[dict[int, float] | None, dict[int, dict[str, float]], str | None]:
+        """(value per key point, rubric scores per key point, why unusable) of one answer."""
         text = response_text(body)
-        return parse_estimates(text, n_turns) if text is not None else None
+        if text is None:
+            return None, {}, "the response has no assistant message text"
+        if self.rubric is None:
+            estimates = parse_estimates(text, n_turns)
+            if estimates is None:
+                return None, {}, f'no "estimates" with a numeric value at a point in 0..{n_turns}'
+            return estimates, {}, None
+        answer = parse_rubric_answer(text, n_turns, self.rubric)
+        if answer.error is not None:
+            return None, {}, answer.error
+        rubric = self.rubric
+        return {t: rubric.aggregate(s) for t, s in answer.scores.items()}, answer.scores, None
 
     def _call(
         self, traj: TrajectoryTurns, body: dict[str, Any], key: str, seq: int
@@ -375,7 +465,7 @@ class JudgeValues:
             "attrs": {
                 "purpose": PURPOSE,
                 "cache_key": key,
-                "prompt_version": PROMPT_VERSION,
+                "prompt_version": self.prompt_version,
                 "attempts": requests,
                 "outcome": traj.outcome,
             },

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ from trajlake.records import rows_for_table
 if TYPE_CHECKING:
     from trajlake.lake._lake import Lake, SnapshotRef
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class CreditRunReport:
@@ -54,6 +57,10 @@ class CreditRunReport:
     kept_turns: int = 0
     existing: bool = False
     """The run was already stored with the same snapshot and parameters: nothing was added."""
+    estimator_choice: dict[str, str] | None = None
+    """With `estimator='auto'`: the source picked (`name`) and why (`reason`)."""
+    warnings: list[str] = field(default_factory=list)
+    """Assumptions of the source that the data breaks (also logged as warnings)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,11 +70,16 @@ class CreditRunReport:
     def summary(self) -> str:
         """One line for people."""
         state = "already stored" if self.existing else f"{self.rows_added} rows added"
-        return (
+        line = (
             f"credit run {self.run_name!r} ({self.estimator}) on snapshot {self.source_snapshot}: "
             f"{self.trajectories} trajectories, {self.turns} turns, {self.kept_turns} kept, "
             f"{self.skipped} skipped without values; {state} (snapshot {self.snapshot})"
         )
+        if self.estimator_choice is not None:
+            line += (
+                f"\nestimator: {self.estimator_choice['name']} ({self.estimator_choice['reason']})"
+            )
+        return line + "".join(f"\nwarning: {w}" for w in self.warnings)
 
 
 _UNRECORDED = frozenset({"lake", "api_key"})
@@ -158,10 +170,166 @@ def credit_rows(
     return rows
 
 
+AUTO = "auto"
+"""The estimator name that picks a source from the data (`choose_estimator`)."""
+
+AUTO_CROSSFIT = "crossfit:text-td-task"
+"""What `auto` picks when labelled trajectories span enough tasks: the best CPU source measured
+on held-out tasks of both environments (docs/credit.md, "Summary: every source on both
+environments"): within 0.001 of the best on `synth`, the best F1 on `debug`."""
+
+AUTO_GROUP = "anchor"
+"""What `auto` picks with several rollouts per task but too few tasks to cross-fit: it beat
+prefix-MC on interior ρ in both synthetic environments and needs no model."""
+
+AUTO_MIN_TASKS = 10
+"""Labelled tasks `auto` needs before it cross-fits: two per fold of the default 5 folds, so
+every model is fitted on at least 8 tasks."""
+
+PER_TASK_SOURCES = ("prefix-mc", "group", "group:grpo", "group:rloo", "anchor")
+"""Sources that compare the rollouts of one task (constant credit for a task's lone rollout)."""
+
+
+@dataclass(frozen=True)
+class EstimatorChoice:
+    """The source `auto` picked and why."""
+
+    name: str
+    reason: str
+
+
+def task_counts(trajectories: Sequence[TrajectoryTurns]) -> dict[str, int]:
+    """Labelled rollouts per task (a trajectory without task id is a task of its own)."""
+    counts: dict[str, int] = defaultdict(int)
+    for t in trajectories:
+        if t.outcome is not None:
+            counts[t.task_id if t.task_id is not None else "traj:" + t.trajectory_id] += 1
+    return dict(counts)
+
+
+def choose_estimator(trajectories: Sequence[TrajectoryTurns]) -> EstimatorChoice:
+    """The best source the data supports (the rule `estimator='auto'` applies).
+
+    1. labelled trajectories of >= `AUTO_MIN_TASKS` tasks → `AUTO_CROSSFIT` (cross-fitted);
+    2. else a task with >= 2 labelled rollouts → `AUTO_GROUP` (compares a task's rollouts);
+    3. else labelled trajectories of >= 2 tasks → `AUTO_CROSSFIT` with fewer folds;
+    4. else (one labelled trajectory) → `outcome`.
+    No trajectory at all → `outcome` (nothing to do); none labelled → an error.
+    """
+    if not trajectories:
+        return EstimatorChoice("outcome", "no trajectories selected")
+    counts = task_counts(trajectories)
+    labelled = sum(counts.values())
+    if not labelled:
+        raise TrajlakeError(
+            f"none of the {len(trajectories)} trajectories has an outcome, so no value can be "
+            "estimated from outcomes: add outcomes with `trajlake label` (or record `resolved` / "
+            "`reward` at ingest), or pick a source that needs none: `--estimator judge`"
+        )
+    tasks, most = len(counts), max(counts.values())
+    seen = f"{labelled} labelled trajectories of {tasks} tasks"
+    if tasks >= AUTO_MIN_TASKS:
+        return EstimatorChoice(
+            AUTO_CROSSFIT,
+            f"{seen} (>= {AUTO_MIN_TASKS}): a text value model cross-fitted by task, the best "
+            "measured source on tasks it never saw",
+        )
+    if most >= 2:
+        return EstimatorChoice(
+            AUTO_GROUP,
+            f"{seen} (< {AUTO_MIN_TASKS} to cross-fit), up to {most} rollouts per task: "
+            "compares the rollouts of each task at recurring states",
+        )
+    if tasks >= 2:
+        return EstimatorChoice(
+            AUTO_CROSSFIT,
+            f"{seen}, one rollout each: too few to cross-fit well, but no task has several "
+            "rollouts to compare",
+        )
+    return EstimatorChoice(
+        "outcome", f"{seen}: a single labelled trajectory, nothing to compare it with"
+    )
+
+
+def clear_blank_task_ids(trajectories: Sequence[TrajectoryTurns]) -> int:
+    """Set blank task ids ('' or whitespace) to None; how many trajectories have no task id.
+
+    A blank id would otherwise join every such trajectory into one task."""
+    missing = 0
+    for t in trajectories:
+        if t.task_id is not None and not t.task_id.strip():
+            t.task_id = None
+        missing += t.task_id is None
+    return missing
+
+
+def _components(estimator: str) -> list[str]:
+    if estimator.startswith("ensemble:"):
+        parts = estimator.removeprefix("ensemble:").split("+")
+        return [p.strip() for p in parts if p.strip()]
+    return [estimator]
+
+
+def data_warnings(
+    trajectories: Sequence[TrajectoryTurns],
+    estimator: str,
+    source: object,
+    values: dict[str, list[float]],
+    missing_task: int,
+) -> list[str]:
+    """What the data breaks of the assumptions of `estimator` (one sentence each)."""
+    out: list[str] = []
+    n = len(trajectories)
+    if not n:
+        return ["no trajectories selected: nothing to credit (check --where, --at and --thread)"]
+    counts = task_counts(trajectories)
+    if missing_task:
+        out.append(
+            f"{missing_task} of {n} trajectories have no task id (missing or blank): each is "
+            "treated as a task of its own, so it is compared with no other rollout and "
+            "cross-fitting puts it in a fold alone"
+        )
+    per_task = [c for c in _components(estimator) if c in PER_TASK_SOURCES]
+    lone = sum(1 for c in counts.values() if c == 1)
+    if per_task and lone:
+        out.append(
+            f"{lone} of {len(counts)} labelled tasks have a single labelled rollout: "
+            f"{', '.join(per_task)} compares rollouts of one task, so those trajectories get "
+            "constant values (credit 0 on every turn but the last); "
+            f"{AUTO_CROSSFIT} compares across tasks instead"
+        )
+    unlabelled = [t for t in trajectories if t.outcome is None]
+    if unlabelled:
+        valued = sum(1 for t in unlabelled if t.trajectory_id in values)
+        fate = []
+        if valued < len(unlabelled):
+            fate.append(f"{len(unlabelled) - valued} get no credit rows")
+        if valued:
+            fate.append(f"{valued} are valued by {estimator} with its own estimate as V(s_T)")
+        what = (
+            "no trajectory has an outcome"
+            if len(unlabelled) == n
+            else f"{len(unlabelled)} of {n} trajectories have no outcome"
+        )
+        out.append(
+            f"{what} (label them with `trajlake label`; `--estimator judge` needs none): "
+            + "; ".join(fate)
+        )
+    folds = getattr(source, "folds", None)
+    if isinstance(folds, int) and 2 <= len(counts) < folds:
+        out.append(
+            f"{estimator} is cross-fitted with {folds} folds but there are only {len(counts)} "
+            f"labelled tasks: {len(counts)} folds are used, each model fitted on "
+            f"{len(counts) - 1} tasks, so its values are noisy (label more tasks, or pass "
+            "--source-option folds=N)"
+        )
+    return out
+
+
 def run_credit(
     lake: Lake,
     *,
-    estimator: str = "outcome",
+    estimator: str = AUTO,
     gamma: float = 1.0,
     lam: float = 0.0,
     n_step: int | None = None,
@@ -180,7 +348,9 @@ def run_credit(
     Args:
         lake: The lake (read at `at`, written at its head).
         estimator: Value source name (`value_source`): outcome, prefix-mc, group, group:rloo,
-            value-model:<path|builtin>, judge.
+            value-model:<path|builtin>, judge, crossfit:text(-td), anchor, progress,
+            hindsight:<model>, ensemble:<a>+<b>; `auto` (the default) picks one from the data
+            (`choose_estimator`) and says which and why in `estimator_choice`.
         gamma, lam: GAE(γ, λ) for the `advantage` column (λ = 0: TD credit, λ = 1: MC).
         n_step: Use n-step advantages G_t^(n) − V(s_t) instead of GAE.
         mask: rise | step-reject | first-error | advantage | all (rise keeps every turn of
@@ -193,13 +363,20 @@ def run_credit(
 
     Group sources (`group`, `group:rloo`) put their per-rollout advantage in `advantage`.
     Re-running a stored run (same name, snapshot and parameters) adds nothing; the same name
-    with another snapshot or other parameters is an error.
+    with another snapshot or other parameters is an error. Blank task ids count as missing.
+    The report's `warnings` say which assumptions of the source the data breaks (one rollout
+    per task, missing task ids, missing outcomes, fewer tasks than folds).
     """
     if mask not in MASK_RULES:
         raise ValueError(f"unknown mask rule {mask!r}; known: {', '.join(MASK_RULES)}")
     if n_step is not None and n_step < 1:
         raise ValueError(f"n_step must be >= 1, got {n_step}")
     snap = input_snapshot(lake, at)
+    trajectories = load_turns(lake, at=snap, where=where, thread=thread)
+    missing_task = clear_blank_task_ids(trajectories)
+    choice = choose_estimator(trajectories) if estimator == AUTO else None
+    if choice is not None:
+        estimator = choice.name
     # Secrets and live objects stay out of the stored parameters.
     recorded = {k: v for k, v in source_kw.items() if k not in _UNRECORDED}
     params: dict[str, Any] = _jsonable(
@@ -219,8 +396,12 @@ def run_credit(
     digest = hashlib.sha256(json.dumps([estimator, params], sort_keys=True).encode()).hexdigest()
     run_name = name or f"{estimator}-{mask}-s{snap}-{digest[:8]}"
     report = CreditRunReport(run_name, estimator, params, snap, lake.snapshot().snapshot_id)
+    if choice is not None:
+        report.estimator_choice = asdict(choice)
+        log.info("credit: estimator %s (%s)", choice.name, choice.reason)
     if _stored_run_matches(lake, run_name, estimator, params, snap):
         report.existing = True
+        report.warnings = data_warnings(trajectories, estimator, None, {}, missing_task)
         return report
     if estimator == "judge":
         source_kw.setdefault("lake", lake)  # the judge caches its calls in the lake
@@ -229,8 +410,10 @@ def run_credit(
     if estimator.startswith("value-model:") and Path(estimator.split(":", 1)[1]).is_dir():
         source_kw.update(lake=lake, at=snap)  # a neural prefix model reads the messages
     source = value_source(estimator, **source_kw)
-    trajectories = load_turns(lake, at=snap, where=where, thread=thread)
-    values = source.values(trajectories)
+    values = source.values(trajectories) if trajectories else {}
+    report.warnings = data_warnings(trajectories, estimator, source, values, missing_task)
+    for warning in report.warnings:
+        log.info("credit run %s: %s", run_name, warning)
     group_adv = source.advantages(trajectories) if isinstance(source, AdvantageSource) else None
     rows = credit_rows(
         trajectories,

@@ -203,11 +203,41 @@ VALUE_SOURCES: tuple[str, ...] = (
     "judge",
     "crossfit:text",
     "crossfit:text-td",
+    "crossfit:text-task",
+    "crossfit:text-td-task",
     "anchor",
+    "progress",
+    "progress-td",
+    "judge:rubric",
+    "ensemble:<a>+<b>+...",
+    "hindsight:<model name|model dir|fit>",
 )
 """Names `value_source` accepts."""
 
-TRANSCRIPT_SOURCES: tuple[str, ...] = ("crossfit:text", "crossfit:text-td", "anchor")
+
+class _SourceNames(tuple[str, ...]):
+    """Source names; an entry ending in ':' also matches every name it prefixes (`ensemble:`)."""
+
+    def __contains__(self, name: object) -> bool:
+        return tuple.__contains__(self, name) or (
+            isinstance(name, str) and any(p.endswith(":") and name.startswith(p) for p in self)
+        )
+
+
+TRANSCRIPT_SOURCES: tuple[str, ...] = _SourceNames(
+    (
+        "crossfit:text",
+        "crossfit:text-td",
+        "crossfit:text-task",
+        "crossfit:text-td-task",
+        "anchor",
+        "progress",
+        "progress-td",
+        "judge:rubric",
+        "ensemble:",
+        "hindsight:",
+    )
+)
 """Sources that read the turns' observations from the lake (`run_credit` passes `lake`, `at`)."""
 
 
@@ -221,12 +251,21 @@ def value_source(name: str, **kw: Any) -> ValueSource:
     (`trajlake.credit.judge.JudgeValues`), `crossfit:text` / `crossfit:text-td` (a
     `CrossFitTextValues` with MC or TD(λ) targets: folds, seed, td_lambda, sweeps, l2, …) and
     `anchor` (`AnchoredValues`: prior, leave_one_out); the last three read observations when
-    given `lake` (and `at`).
+    given `lake` (and `at`). `judge:rubric` is the judge with `prompt="rubric"` (rubric=<file>);
+    `ensemble:<a>+<b>+...` an `EnsembleValues` of those sources (folds, seed,
+    component_options). `hindsight:<model name|dir>` / `hindsight:fit` is a `HindsightValues`
+    (causal-LM hindsight log-ratios; fit, folds, beta, max_tokens, device, …).
     """
-    if name in ("crossfit:text", "crossfit:text-td"):
+    if name in ("crossfit:text", "crossfit:text-td", "crossfit:text-task", "crossfit:text-td-task"):
         from trajlake.credit.crossfit import CrossFitTextValues
 
-        return CrossFitTextValues("mc" if name == "crossfit:text" else "td", **kw)
+        if name.endswith("-task"):  # the task's leave-one-out success rate as two scalars
+            kw.setdefault("task_prior", True)
+        return CrossFitTextValues("td" if name.startswith("crossfit:text-td") else "mc", **kw)
+    if name in ("progress", "progress-td"):
+        from trajlake.credit.progress import ProgressValues
+
+        return ProgressValues("spa" if name == "progress" else "td", **kw)
     if name == "anchor":
         from trajlake.credit.anchored import AnchoredValues
 
@@ -252,7 +291,20 @@ def value_source(name: str, **kw: Any) -> ValueSource:
 
             return NeuralPrefixValues(target, **kw)
         return PrefixModelValues.load(target)
-    if name == "judge":
+    if name.startswith("hindsight:"):
+        from trajlake.credit.hindsight import HindsightValues
+
+        target = name.removeprefix("hindsight:")
+        if target in ("", "fit"):
+            return HindsightValues(None, fit=True, **kw)
+        return HindsightValues(target, **kw)
+    if name.startswith("ensemble:"):
+        from trajlake.credit.ensemble import EnsembleValues, parse_ensemble
+
+        return EnsembleValues(parse_ensemble(name), **kw)
+    if name in ("judge", "judge:rubric"):
+        if name == "judge:rubric":
+            kw.setdefault("prompt", "rubric")
         try:
             from trajlake.credit.judge import JudgeValues  # type: ignore[import-not-found,unused-ignore]
         except ImportError as e:

@@ -65,14 +65,10 @@ def split_of(task_id: str, seed: int, val_frac: float) -> Split:
     return "val" if u < val_frac else "train"
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def credit_run_params(lake: Lake, run: str, *, at: SnapshotRef = None) -> dict[str, Any]:
     """The stored parameters of credit run `run` (NoSuchCreditRun naming the runs available)."""
     rows = lake.sql(
-        f"SELECT any_value(params) AS params FROM credits WHERE run_name = {_quote(run)}", at=at
+        "SELECT any_value(params) AS params FROM credits WHERE run_name = ?", [run], at=at
     ).to_dicts()
     if not rows or rows[0]["params"] is None:
         names = [
@@ -179,9 +175,8 @@ def credit_weights(
     """(trajectory → turn → weight if mask else 0.0) for the main thread of run `run`."""
     rows = lake.sql(
         "SELECT trajectory_id, turn, CASE WHEN mask THEN weight ELSE 0.0 END AS w FROM credits "
-        f"WHERE run_name = {_quote(run)} AND thread = 'main' AND trajectory_id IN ("
-        + ", ".join(_quote(i) for i in ids)
-        + ")",
+        "WHERE run_name = ? AND thread = 'main' AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
+        [run, ids],
         at=at,
     ).rows()
     out: dict[str, dict[int, float]] = {}

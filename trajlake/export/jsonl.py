@@ -18,6 +18,7 @@ from fsspec.utils import infer_compression
 
 from trajlake._names import refuse_inside_lake
 from trajlake._progress import NullProgress, Progress
+from trajlake._query_where import where_ids
 from trajlake.query import QuerySession
 from trajlake.records import assemble_canonical, table_to_rows
 
@@ -76,7 +77,7 @@ def _id_chunks(
         for i in range(0, len(ids), _CHUNK):
             yield list(ids[i : i + _CHUNK])
         return
-    condition = f"({where})" if where else "TRUE"
+    condition = where_ids(where)
     session.check_read_only(f"SELECT 1 FROM trajectories WHERE {condition}")
     # Keyset pagination: each page is a fresh query, so the chunk queries in between run on
     # the same session, and memory holds one page of ids.

@@ -21,6 +21,7 @@ from trajlake.ingest._secret_base import (
     random_run,
 )
 from trajlake.ingest._secret_context import fixture, in_path
+from trajlake.ingest._secret_gate import Gate, admits, gate, rank
 from trajlake.ingest._secret_rules import sshpass_password
 
 # Key/value forms anchored on the secret word that ends the key name: `DB_PASSWORD=...`,
@@ -29,31 +30,105 @@ from trajlake.ingest._secret_rules import sshpass_password
 # rule below can use: followed by a separator within a few letters (`_KV_TAIL` then decides),
 # or in one of the positional forms (`sshpass`, `create secret`, `session_token`, NuGet's
 # `key oy2…`, `master.key`, `password <value>` in .netrc, a Terraform `variable "…" {` block).
-# Each alternative is factored by first letter and its lookbehinds come after the literal, so
-# `re` rejects most positions at the first character: the scan costs what a scan for the bare
-# words did, and the Python loop runs for about one hit in ten.
-# The same scan finds the provider tokens whose prefix starts with one of these letters and
-# holds no separator (Twilio `SK` key sids, as in gitleaks, and crates.io `cio` tokens): a rule
-# of their own would be a pass over the text each.
+# Lookbehinds come after the literal, so the Python loop runs for about one hit in ten.
+# The same anchors find the provider tokens whose prefix holds no separator (Twilio `SK` key
+# sids, as in gitleaks, and crates.io `cio` tokens).
 _BARE_END = r"(?![A-Za-z0-9_\-])"
 _SEP = r"(?=[A-Za-z_\-]{0,8}\d*(?:\\?[\"'])?\]?[ \t]*[:=])"  # `_KV_TAIL` may match here
 _BLOCK = r"(?=[^\"]{0,64}\" ?\{)"  # a Terraform block: `"db_password" {`
-_KV_ANCHOR = re.compile(
-    rf"k(?:ey(?:{_SEP}|(?= oy2)|(?<=master\.key)|(?<=ion_key|ess_key)))"
-    rf"|K(?:ey(?:{_SEP}|(?= oy2)|(?<=master\.Key))|EY{_SEP})"
-    rf"|t(?:oken(?:{_SEP}|{_BLOCK}|(?<=ion_token|ess_token)))"
-    rf"|T(?:(?:oken|OKEN)(?:{_SEP}|{_BLOCK}))"
-    rf"|s(?:ecret(?:{_SEP}|{_BLOCK}|(?<=create secret)))"
-    rf"|S(?:(?:ecret|ECRET)(?:{_SEP}|{_BLOCK})|K[0-9a-fA-F]{{32}}{_BARE_END})"
-    rf"|p(?:ass(?:{_SEP}|{_BLOCK}|(?<=sshpass)|(?=word ))|wd(?:{_SEP}|{_BLOCK}))"
-    rf"|P(?:(?:ass|ASS|WD)(?:{_SEP}|{_BLOCK}))"
-    rf"|c(?:red{_SEP}|io[A-Za-z0-9]{{32}}{_BARE_END})"
-    rf"|C(?:(?:red|RED){_SEP})"
+# Each anchor is one word literal and what may follow it, scanned on its own: `re` finds a
+# literal-led pattern at the speed of a plain search, while an alternation of words led by
+# common letters is tried at every `s`, `t`, `p`, ... (about twice the cost of all the
+# scans below together). A word whose characters do not all occur is not scanned at all
+# (`_secret_gate`). At most one anchor matches at a position (the words differ within their
+# first two letters), so merging their matches in order, leftmost first and without overlap,
+# gives exactly what one alternation of them would (`KV_ANCHOR`, kept as the reference).
+_ANCHOR_FORMS = (
+    ("key", rf"(?:{_SEP}|(?= oy2)|(?<=master\.key)|(?<=ion_key|ess_key))"),
+    ("Key", rf"(?:{_SEP}|(?= oy2)|(?<=master\.Key))"),
+    ("KEY", _SEP),
+    ("token", rf"(?:{_SEP}|{_BLOCK}|(?<=ion_token|ess_token))"),
+    ("Token", rf"(?:{_SEP}|{_BLOCK})"),
+    ("TOKEN", rf"(?:{_SEP}|{_BLOCK})"),
+    ("secret", rf"(?:{_SEP}|{_BLOCK}|(?<=create secret))"),
+    ("Secret", rf"(?:{_SEP}|{_BLOCK})"),
+    ("SECRET", rf"(?:{_SEP}|{_BLOCK})"),
+    ("SK", rf"[0-9a-fA-F]{{32}}{_BARE_END}"),
+    ("pass", rf"(?:{_SEP}|{_BLOCK}|(?<=sshpass)|(?=word ))"),
+    ("pwd", rf"(?:{_SEP}|{_BLOCK})"),
+    ("Pass", rf"(?:{_SEP}|{_BLOCK})"),
+    ("PASS", rf"(?:{_SEP}|{_BLOCK})"),
+    ("PWD", rf"(?:{_SEP}|{_BLOCK})"),
+    ("cred", _SEP),
+    ("cio", rf"[A-Za-z0-9]{{32}}{_BARE_END}"),
+    ("Cred", _SEP),
+    ("CRED", _SEP),
 )
+KV_ANCHOR = re.compile("|".join(word + tail for word, tail in _ANCHOR_FORMS))
+"""Every key/value anchor as one alternation: what `kv_anchors` yields, scanned slowly."""
+
+
+def _anchor_scan(forms: list[tuple[str, str]]) -> tuple[Gate, int, re.Pattern[str]]:
+    """One scan for the anchors of one first letter. A lone word is led by its rarest letter
+    (`re` stops less often: `ken(?<=token)` scans faster than `token`); words that share a
+    first letter are one alternation after it (`p(?:ass…|wd…)`: one scan instead of two)."""
+    if len(forms) > 1:
+        first = forms[0][0][0]
+        tails = "|".join(re.escape(word[1:]) + tail for word, tail in forms)
+        return gate(*(word for word, _ in forms)), 0, re.compile(f"{first}(?:{tails})")
+    word, tail = forms[0]
+    lead = min(range(len(word)), key=lambda i: rank(word[i]))
+    pattern = re.escape(word[lead:]) + (f"(?<={re.escape(word)})" if lead else "") + tail
+    return gate(word), lead, re.compile(pattern)
+
+
+def _by_first_letter() -> list[list[tuple[str, str]]]:
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for word, tail in _ANCHOR_FORMS:
+        groups.setdefault(word[0], []).append((word, tail))
+    return list(groups.values())
+
+
+_ANCHORS = tuple(_anchor_scan(forms) for forms in _by_first_letter())
+
+
+class Anchor:
+    """A match of `KV_ANCHOR`: the word (or bare token) at `text[start():end()]`."""
+
+    __slots__ = ("_end", "_group", "_start")
+
+    def __init__(self, text: str, start: int, end: int) -> None:
+        self._start, self._end, self._group = start, end, text[start:end]
+
+    def start(self) -> int:
+        return self._start
+
+    def end(self) -> int:
+        return self._end
+
+    def group(self) -> str:
+        return self._group
+
+
+def kv_anchors(text: str) -> Iterator[Anchor]:
+    """The matches of `KV_ANCHOR` in `text`, in order and without overlap, found fast."""
+    found: list[tuple[int, int]] = []
+    for chars, lead, pattern in _ANCHORS:
+        if admits(text, chars):
+            found.extend((m.start() - lead, m.end()) for m in pattern.finditer(text))
+    if len(found) > 1:
+        found.sort()
+    end = 0
+    for start, stop in found:
+        if start >= end:
+            end = stop
+            yield Anchor(text, start, stop)
+
+
 _BARE_KINDS = {"c": "crates_token", "S": "twilio_key"}
 
 
-def _bare_token(text: str, anchor: re.Match[str]) -> Span | None:
+def _bare_token(text: str, anchor: Anchor) -> Span | None:
     """A provider token found by the anchor scan itself (Twilio `SK…`, crates.io `cio…`)."""
     token, start = anchor.group(), anchor.start()
     if not at_boundary(text, start) or is_placeholder(token) or not random_run(token):
@@ -193,7 +268,7 @@ class _KeyValue(NamedTuple):
     sep: str
 
 
-def _key_value(text: str, anchor: re.Match[str]) -> _KeyValue | None:
+def _key_value(text: str, anchor: Anchor) -> _KeyValue | None:
     """The key/value form around a secret word, if the word ends a key name."""
     m = _KV_TAIL.match(text, anchor.start())
     if m is None:
@@ -302,7 +377,7 @@ def _kubectl_secret(text: str, at: int) -> Span | None:
     return Span(m.start(3), m.end(3), kind)
 
 
-def _positional(text: str, anchor: re.Match[str]) -> Span | None:
+def _positional(text: str, anchor: Anchor) -> Span | None:
     """Secrets given as command arguments: `sshpass -p …`, `aws configure set … <value>`."""
     at = anchor.start()
     if anchor.group() == "pass" and before(text, at, 3) == "ssh":
@@ -383,7 +458,7 @@ _NUGET_KEY = re.compile(r"[ \t]+(oy2[a-z0-9]{43})(?![A-Za-z0-9_\-])")
 
 def find_key_values(text: str) -> Iterator[Span]:
     done = 0  # the end of the last value read: words inside a value are no keys
-    for anchor in _KV_ANCHOR.finditer(text):
+    for anchor in kv_anchors(text):
         word, at = anchor.group(), anchor.start()
         if at < done:
             continue
@@ -441,8 +516,8 @@ def find_key_values(text: str) -> Iterator[Span]:
 
 # Name and value as sibling fields: Kubernetes `env:` lists, ECS task definitions.
 _Q = r"(?:\\?[\"'])?"  # an optional quote, maybe JSON-escaped
-_ENV_ENTRY = re.compile(
-    r"name" + _Q + r"[ \t]*:[ \t]*" + _Q + r"([A-Za-z_][\w.\-]*)" + _Q
+_ENV_ENTRY = re.compile(  # led by `m`, rarer than `n`: `re` stops at fewer places
+    r"me(?<=name)" + _Q + r"[ \t]*:[ \t]*" + _Q + r"([A-Za-z_][\w.\-]*)" + _Q
     + r"[ \t]*,?[ \t]*(?:\r?\n[ \t]*(?:-[ \t]*)?)?" + _Q + r"value" + _Q
     + r"[ \t]*:[ \t]*(\\?[\"'])?"
 )  # fmt: skip

@@ -7,6 +7,8 @@ around it keeps its shape. Provider formats live in `_secret_rules`, personal da
 (key/value, URL passwords, auth headers, AWS pairs, private keys) and puts them together.
 Speed comes from `re` itself: every scan starts with a literal (a word or a separator with
 lookbehinds), and short texts pass one combined gate (`GATE`, built from `TRIGGERS`) first.
+Long texts skip each detector whose character gate (`_secret_gate`) they fail: the cost of
+redaction is the number of scans, and a test for one absent character is nearly free.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from trajlake.ingest._secret_base import (
     unescaped_backslash,
 )
 from trajlake.ingest._secret_context import in_code, weak
+from trajlake.ingest._secret_gate import Gate, admits, gate
 from trajlake.ingest._secret_keyvalue import (
     NAMED_KINDS,
     VALUE_KINDS,
@@ -35,6 +38,10 @@ from trajlake.ingest._secret_keyvalue import (
 )
 from trajlake.ingest._secret_personal import find_emails, find_phones
 from trajlake.ingest._secret_rules import (
+    DASH_GATE,
+    EQUALS_GATE,
+    PROVIDER_GATE,
+    WEBHOOK_GATE,
     find_colon_forms,
     find_dash_forms,
     find_equals_forms,
@@ -132,26 +139,41 @@ def _find_url_passwords(text: str) -> Iterator[Span]:
 
 
 _AUTH_VALUE = r"[ \t]+([A-Za-z0-9._~+/\-]{16,}={0,2})(?![A-Za-z0-9._~+/=\-])"
-_AUTH = (  # (pattern, letter that must precede it); literal-led for a fast scan
-    (re.compile(r"earer" + _AUTH_VALUE), "Bb"),
-    (re.compile(r"EARER" + _AUTH_VALUE), "B"),
+
+
+def _led(word: str, by: str, rest: str) -> tuple[re.Pattern[str], int]:
+    """`word + rest`, led by the letter `by` of the word (`rer(?<=earer)`: `re` stops at
+    fewer places than for `earer`); returns it and where the word starts before a hit."""
+    lead = word.index(by)
+    return re.compile(re.escape(word[lead:]) + f"(?<={re.escape(word)})" + rest), lead
+
+
+# (pattern, where its word starts before a hit, letters the word must follow, gate)
+_AUTH = (
+    (*_led("earer", "r", _AUTH_VALUE), "Bb", gate("bearer", "Bearer")),
+    (re.compile(r"EARER" + _AUTH_VALUE), 0, "B", gate("BEARER")),
     (
-        re.compile(
-            r"uthorization[\"']?\]?[ \t]*[:=][ \t]*[\"']?(?:[Bb]asic|BASIC|[Tt]oken|TOKEN)"
-            + _AUTH_VALUE
+        *_led(
+            "uthorization",
+            "z",
+            r"[\"']?\]?[ \t]*[:=][ \t]*[\"']?(?:[Bb]asic|BASIC|[Tt]oken|TOKEN)" + _AUTH_VALUE,
         ),
         "Aa",
+        gate("uthorization"),
     ),
 )
 
 
 def _find_auth_headers(text: str) -> Iterator[Span]:
-    for pattern, initial in _AUTH:
+    for pattern, lead, initial, chars in _AUTH:
+        if not admits(text, chars):
+            continue
         for m in pattern.finditer(text):
             value = m.group(1)
+            word = m.start() - lead
             if (
-                text[m.start() - 1 : m.start()] in tuple(initial)
-                and at_boundary(text, m.start() - 1)
+                text[word - 1 : word] in tuple(initial)
+                and at_boundary(text, word - 1)
                 and char_classes(value) >= 2
                 and not is_placeholder(value)
             ):
@@ -202,18 +224,18 @@ KINDS: tuple[str, ...] = tuple(FAMILY)
 
 class _Finder(NamedTuple):
     priority: int  # on overlap the lower number wins: `OPENAI_API_KEY=sk-…` is an openai_key
-    triggers: tuple[str, ...] | None  # run only if one occurs; None: the scan is its own gate
+    needs: Gate | None  # run only if the text passes this gate (`_secret_gate`); None: always
     find: Callable[[str], Iterator[Span]]
     kinds: frozenset[str]
 
 
 def _finder(
     priority: int,
-    triggers: tuple[str, ...] | None,
+    needs: Gate | None,
     find: Callable[[str], Iterator[Span]],
     *kinds: str,
 ) -> _Finder:
-    return _Finder(priority, triggers, find, frozenset(kinds))
+    return _Finder(priority, needs, find, frozenset(kinds))
 
 
 _PROVIDER_KINDS = (
@@ -227,23 +249,26 @@ _PROVIDER_KINDS = (
 )  # fmt: skip
 _NAMED = tuple(kind for _, kind in NAMED_KINDS) + tuple(kind for _, kind in VALUE_KINDS)
 _FINDERS = (
-    _finder(0, None, _find_private_keys, "private_key"),
-    _finder(0, None, _find_dash_forms, *_PROVIDER_KINDS, "mailchimp_key", "private_key",
+    _finder(0, gate("-----BEGIN PRIVATE KEY"), _find_private_keys, "private_key"),
+    _finder(0, DASH_GATE, _find_dash_forms, *_PROVIDER_KINDS, "mailchimp_key", "private_key",
             "password", "secret"),
-    _finder(0, None, find_provider_tokens, *_PROVIDER_KINDS),
-    _finder(0, None, find_google_keys, "google_api_key"),
-    _finder(0, None, find_webhooks, "slack_webhook", "discord_webhook"),
-    _finder(0, None, find_colon_forms, "telegram_token", "docker_auth", "gcp_key_id",
+    _finder(0, PROVIDER_GATE, find_provider_tokens, *_PROVIDER_KINDS),
+    _finder(0, gate("AIza"), find_google_keys, "google_api_key"),
+    _finder(0, WEBHOOK_GATE, find_webhooks, "slack_webhook", "discord_webhook"),
+    _finder(0, gate(":"), find_colon_forms, "telegram_token", "docker_auth", "gcp_key_id",
             "session_cookie", "phone"),
-    _finder(1, None, _find_aws, "aws_key", "aws_secret", "atlassian_token"),
-    _finder(1, None, _find_url_passwords, "url_password"),
-    _finder(1, None, find_equals_forms, "url_signature", "session_cookie", "aws_session_token"),
-    _finder(2, None, _find_auth_headers, "auth_header"),
+    _finder(1, gate("AKIA", "ASIA", "ATATT3"), _find_aws, "aws_key", "aws_secret",
+            "atlassian_token"),
+    _finder(1, gate("://@"), _find_url_passwords, "url_password"),
+    _finder(1, EQUALS_GATE, find_equals_forms, "url_signature", "session_cookie",
+            "aws_session_token"),
+    _finder(2, gate("bearer", "Bearer", "BEARER", "uthorization"), _find_auth_headers,
+            "auth_header"),
     _finder(2, None, find_key_values, "password", "secret", "aws_secret", "aws_session_token",
             *_NAMED),
-    _finder(2, None, find_env_entries, "password", "secret"),
-    _finder(3, None, find_emails, "email"),
-    _finder(3, None, find_phones, "phone"),
+    _finder(2, gate("namevalue"), find_env_entries, "password", "secret"),
+    _finder(3, gate("@"), find_emails, "email"),
+    _finder(3, gate("+"), find_phones, "phone"),
 )  # fmt: skip
 
 TRIGGERS: tuple[str, ...] = (
@@ -298,14 +323,30 @@ def may_hold_secrets(text: str) -> bool:
 _SHORT = 384
 
 
+_CHOSEN: dict[frozenset[str] | None, tuple[tuple[_Finder, ...], bool]] = {}
+
+
+def _chosen(kinds: frozenset[str] | None) -> tuple[tuple[_Finder, ...], bool]:
+    """The finders of any kind in `kinds`, and whether some find other kinds too (then their
+    spans are filtered). Worked out once per set of kinds: a call per trajectory asks again."""
+    chosen = _CHOSEN.get(kinds)
+    if chosen is None:
+        if len(_CHOSEN) > 64:  # callers ask for a few sets of kinds; bound it all the same
+            _CHOSEN.clear()
+        finders = tuple(f for f in _FINDERS if kinds is None or f.kinds & kinds)
+        extra = kinds is not None and any(not f.kinds <= kinds for f in finders)
+        chosen = _CHOSEN[kinds] = (finders, extra)
+    return chosen
+
+
 def _candidates(text: str, kinds: frozenset[str] | None) -> list[tuple[int, Span]]:
     found: list[tuple[int, Span]] = []
-    for f in _FINDERS:
-        if kinds is not None and not (f.kinds & kinds):
-            continue
-        if f.triggers is None or any(t in text for t in f.triggers):
+    finders, extra = _chosen(kinds)
+    for f in finders:
+        if f.needs is None or admits(text, f.needs):
             found.extend((f.priority, span) for span in f.find(text))
-    if kinds is not None:
+    if extra and found:
+        assert kinds is not None
         found = [c for c in found if c[1].kind in kinds]
     return found
 

@@ -275,20 +275,17 @@ def read_labels(
     return _read(paths, format, run_id, storage_options).labels
 
 
-def _quoted(values: Sequence[str]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
-
-
 def _trajectories(lake: Lake, column: str, values: set[str]) -> list[tuple[str, str, str]]:
     """(trajectory_id, task_id, run_id) of the trajectories whose `column` is among `values`."""
     found: list[tuple[str, str, str]] = []
     ordered = sorted(values)
     for start in range(0, len(ordered), _IN_CHUNK):
-        chunk = _quoted(ordered[start : start + _IN_CHUNK])
+        chunk = ordered[start : start + _IN_CHUNK]
         query = (
-            f"SELECT trajectory_id, task_id, run_id FROM trajectories WHERE {column} IN ({chunk})"
+            "SELECT trajectory_id, task_id, run_id FROM trajectories "
+            f"WHERE {column} IN (SELECT unnest(?::VARCHAR[]))"
         )
-        found.extend(lake.sql(query).rows())
+        found.extend(lake.sql(query, [chunk]).rows())
     return found
 
 

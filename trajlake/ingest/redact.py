@@ -224,8 +224,9 @@ class Redactor:
             return False
         return self._allow is None or not self._allow.allows(joined[span.start : span.end])
 
-    def _locate(self, texts: Sequence[str]) -> list[list[Span]]:
-        """The spans to replace in each text, in order; numbers every secret found."""
+    def _locate(self, texts: Sequence[str]) -> dict[int, list[Span]]:
+        """The spans to replace, in order, by index of the texts holding any; numbers every
+        secret found. (Most trajectories hold none: then nothing is built per text.)"""
         # One scan over all fields joined: a trajectory has thousands of small fields, and a
         # call per field and detector would cost more than the scanning itself. The separator
         # ends a line (line-bound patterns stop there) and holds a NUL: spans holding one are
@@ -241,13 +242,13 @@ class Redactor:
             self._placeholder(joined[start:end], kind)
         if self._propagating:
             spans = self._add_known(joined, spans)
-        found: list[list[Span]] = [[] for _ in texts]
+        found: dict[int, list[Span]] = {}
         if not spans:
             return found
         starts = list(itertools.accumulate((len(t) + len(_SEPARATOR) for t in texts), initial=0))
         for start, end, kind in spans:
             i = bisect.bisect_right(starts, start) - 1
-            found[i].append(Span(start - starts[i], end - starts[i], kind))
+            found.setdefault(i, []).append(Span(start - starts[i], end - starts[i], kind))
         return found
 
     def redact_texts(self, texts: Sequence[str]) -> tuple[list[str], int]:
@@ -257,19 +258,17 @@ class Redactor:
         replacements. Numbering follows the order of `texts`, then the order within a text.
         """
         found = self._locate(texts)
-        out: list[str] = []
-        for text, text_spans in zip(texts, found, strict=True):
-            if not text_spans:
-                out.append(text)
-                continue
+        out = list(texts)
+        for i, text_spans in found.items():
+            text = texts[i]
             pieces: list[str] = []
             last = 0
             for start, end, _ in text_spans:
                 pieces += (text[last:start], self._known[text[start:end]][1])
                 last = end
             pieces.append(text[last:])
-            out.append("".join(pieces))
-        return out, sum(len(s) for s in found)
+            out[i] = "".join(pieces)
+        return out, sum(len(s) for s in found.values())
 
     def findings(self, texts: Sequence[str]) -> list[Finding]:
         """What `redact_texts(texts)` would replace, with positions; the texts stay as they are.
@@ -279,7 +278,7 @@ class Redactor:
         """
         return [
             Finding(i, start, end, kind, self._known[texts[i][start:end]][1])
-            for i, spans in enumerate(self._locate(texts))
+            for i, spans in sorted(self._locate(texts).items())
             for start, end, kind in spans
         ]
 

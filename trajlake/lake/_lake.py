@@ -492,6 +492,7 @@ class Lake:
     def sql(
         self,
         query: str,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
         *,
         at: SnapshotRef = None,
         timeout: float | None = None,
@@ -499,6 +500,9 @@ class Lake:
         threads: int | None = None,
     ) -> QueryResult:
         """Run read-only SQL on a pinned snapshot; convert with to_arrow/to_polars/to_pandas.
+
+        `params` binds values to placeholders (`?` with a sequence, `$name` with a mapping):
+        `lake.sql("SELECT * FROM trajectories WHERE task_id = ?", [task])` needs no quoting.
 
         `timeout` (seconds, default none) stops a longer query with `QueryTimeout`; Ctrl-C
         stops it with KeyboardInterrupt. `memory_limit` (bytes or '8GB'; default min(4 GiB,
@@ -517,7 +521,7 @@ class Lake:
             memory_limit=memory_limit,
             threads=threads,
         ) as session:
-            return session.sql(query)
+            return session.sql(query, params)
 
     def export_jsonl(
         self,

@@ -150,7 +150,11 @@ def fill_from_lake(lake: Lake, report: LoopReport, *, at: SnapshotRef = "gen-1")
     }
 
 
-CURVE_RUNS = {"prefix-mc": "prefix-mc-rise", "value-model:builtin": "value-model-rise"}
+CURVE_RUNS = {
+    "prefix-mc": "prefix-mc-rise",
+    "value-model:builtin": "value-model-rise",
+    "crossfit:text-td": "crossfit-td-rise",
+}
 """Credit runs whose values the value-curve plot shows, by legend label."""
 
 

@@ -94,9 +94,10 @@ def run_loop(
     """Run the generation loop on the synthetic environment in a new local lake.
 
     gen-0 rollouts of the initial policy are written as JSONL without outcomes, ingested,
-    labelled and tagged `gen-0`; credit runs (outcome, prefix-MC, the built-in value model) are
-    exported as weighted SFT data and read back to clone five policies; a tiny value model is
-    trained on `gen-0`; the credit-weighted policy produces gen-1 on held-out tasks, N candidates
+    labelled and tagged `gen-0`; credit runs (outcome, prefix-MC, the built-in value model, the
+    cross-fitted text model) are exported as weighted SFT data and read back to clone six
+    policies; a tiny value model is trained on `gen-0`; the credit-weighted policy
+    (`GEN1_VARIANT`) produces gen-1 on held-out tasks, N candidates
     per task, the value model picks one per task, and gen-1 is ingested with its lineage and
     tagged `gen-1`. Success rates are read back from the lake with SQL.
 

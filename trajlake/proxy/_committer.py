@@ -3,6 +3,8 @@
 A background thread takes finished rollouts in batches (full, old enough, or on flush/close),
 commits trajectories, messages and calls in one snapshot per batch and marks them committed in
 the spool; a rollout that fails stays in the spool (and in `pending`, carried on rotation).
+A rollout holding requests recorded in the recording process (kept as their spooled JSON) is
+reconstructed there (`build`), so its big texts are never parsed or scanned in the proxy.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trajlake.ingest.redact import Redactor, redact_trajectory
-from trajlake.proxy.spool import Spool, SpoolError, finish_event
+from trajlake.proxy.spool import Spool, SpooledJSON, SpoolError, finish_event
 from trajlake.records import rows_for_table, trajectories_to_tables
 from trajlake.schema import CanonicalTrajectory
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from trajlake.lake._lake import Lake
     from trajlake.proxy.reconstruct import RecordedCall
 
@@ -68,6 +72,8 @@ def _recorded_call(record: Mapping[str, Any]) -> RecordedCall:
     error: str | None = record.get("error")
     call_input = call_output = None
     request, response = record.get("request"), record.get("response")
+    if isinstance(request, SpooledJSON):
+        request = request.value()
     try:
         if not isinstance(request, dict):
             raise ValueError("the request body is not a JSON object")
@@ -166,8 +172,10 @@ class Committer:
         max_seconds: float,
         *,
         after_commit: Callable[[], None] | None = None,
+        build: Callable[[FinishedRollout], tuple[dict[str, pa.Table], int]] | None = None,
     ) -> None:
         self._lake, self._spool = lake, spool
+        self._build = build
         self._after_commit = after_commit
         self._batch_size, self._max_seconds = batch_size, max_seconds
         self._cond = threading.Condition()
@@ -276,26 +284,67 @@ class Committer:
 
     def _commit(self, batch: list[FinishedRollout]) -> None:
         trajectories, rows, done = [], [], []
+        built: list[dict[str, pa.Table]] = []
+        n_calls = 0
         for item in batch:
             try:
-                trajectory, call_rows = build_rollout(item)
+                remote = self._built_remotely(item)
+                if remote is not None:
+                    built.append(remote[0])
+                    n_calls += remote[1]
+                else:
+                    trajectory, call_rows = build_rollout(item)
+                    trajectories.append(trajectory)
+                    rows.extend(call_rows)
             except Exception:  # a bad rollout must not block the others; its spool stays
                 log.exception("cannot reconstruct proxy rollout %s", item.rollout_id)
                 with self._cond:
                     self._counts["failed_rollouts"] += 1
                     self._failed.append(item)
                 continue
-            trajectories.append(trajectory)
-            rows.extend(call_rows)
             done.append(item.rollout_id)
-        if trajectories:
-            tables = trajectories_to_tables(trajectories)
-            tables["calls"] = rows_for_table("calls", rows)
-            summary = {"rollouts": len(trajectories), "calls": len(rows)}
+        if trajectories or built:
+            tables = _concat(trajectories, rows, built)
+            n_calls += len(rows)
+            summary = {"rollouts": len(done), "calls": n_calls}
             self._lake.commit(tables, operation="proxy", summary=summary)
         with contextlib.suppress(SpoolError):
             self._spool.mark_committed(done)
         with self._cond:
             self._counts["committed_rollouts"] += len(done)
-            self._counts["committed_calls"] += len(rows)
-            self._counts["commits"] += 1 if trajectories else 0
+            self._counts["committed_calls"] += n_calls
+            self._counts["commits"] += 1 if done else 0
+
+    def _built_remotely(self, item: FinishedRollout) -> tuple[dict[str, pa.Table], int] | None:
+        """A rollout with requests kept as spooled JSON, built by the recording process (None:
+        build it here; also when that process failed, which is slower but loses nothing)."""
+        if self._build is None or not any(
+            isinstance(c.get("request"), SpooledJSON) for c in item.calls
+        ):
+            return None
+        try:
+            return self._build(item)
+        except SpoolError as e:
+            log.warning("building rollout %s here: %s", item.rollout_id, e)
+            return None
+
+
+def _concat(
+    trajectories: list[CanonicalTrajectory],
+    rows: list[dict[str, Any]],
+    built: list[dict[str, pa.Table]],
+) -> dict[str, pa.Table]:
+    """One batch's tables: those built here and those built by the recording process."""
+    import pyarrow as pa
+
+    parts = list(built)
+    if trajectories:
+        local = trajectories_to_tables(trajectories)
+        local["calls"] = rows_for_table("calls", rows)
+        parts.insert(0, local)
+    if len(parts) == 1:
+        return parts[0]
+    return {
+        name: pa.concat_tables([p[name] for p in parts], promote_options="default")
+        for name in parts[0]
+    }

@@ -37,6 +37,7 @@ __all__ = [
     "json_error",
     "relayed_response_headers",
     "upstream_root",
+    "without_lone_surrogates",
 ]
 
 # RFC 9110 §7.6.1 connection-specific headers, plus those the HTTP client recomputes.
@@ -182,11 +183,37 @@ def json_copy(data: bytes, encoding: str | None) -> tuple[Any, str | None]:
     except ValueError as e:
         return None, str(e)
     try:
-        return json.loads(plain), None
+        return without_lone_surrogates(json.loads(plain), plain), None
     except ValueError as e:
         return plain.decode("utf-8", errors="replace"), f"the body is not JSON: {e}"
     except RecursionError:  # forwarded as sent; the upstream answers it
         return plain.decode("utf-8", errors="replace"), "the body's JSON nests too deeply"
+
+
+def without_lone_surrogates(value: Any, raw: bytes) -> Any:
+    """`value` (parsed from `raw`) with each lone surrogate (`"\\ud800"` in JSON) replaced by
+    its escape as text: such a string cannot be written as UTF-8, so it is kept escaped.
+    The text is searched first; bodies without a `\\uD...` escape are returned as they are."""
+    if b"\\ud" not in raw and b"\\uD" not in raw:
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode() if _lone(value) else value
+    if isinstance(value, dict):
+        return {
+            without_lone_surrogates(k, raw): without_lone_surrogates(v, raw)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [without_lone_surrogates(v, raw) for v in value]
+    return value
+
+
+def _lone(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 class StreamDecoder:

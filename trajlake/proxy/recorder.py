@@ -16,7 +16,10 @@ spool lines keep their order and its redactor is used by one thread at a time; `
 for that work (outcome and finish wait for it), and `tick` does not rewrite the spool while any
 work is pending (its event would not be in the state yet). The worker shares the GIL: single
 long C calls (one regex scan or one `json.loads` of a huge text) still hold the loop for their
-duration (≈ 40 ms for 16 MiB), but no longer the whole recording.
+duration (≈ 40 ms for 16 MiB). So requests of `process_bytes` (1 MiB) and more are not even
+parsed here: their decoded bytes go to the recording process (`_process`), which parses, redacts
+and encodes the spool line (the worker thread waits for it, then writes it), and such a
+rollout is reconstructed there too when it is committed.
 """
 
 from __future__ import annotations
@@ -30,13 +33,21 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trajlake.ingest.redact import AllowList, Redactor, redact_json
+from trajlake.ingest.redact import AllowList, Redactor
 from trajlake.proxy._committer import IDLE_CLOSED, Committer, FinishedRollout, build_rollout
-from trajlake.proxy._offload import Offload, Queue
-from trajlake.proxy.spool import ReplayedRollout, Spool, SpoolError, finish_event, replay
+from trajlake.proxy._offload import Offload
+from trajlake.proxy._process import RecordingProcess
+from trajlake.proxy._rollout import Answer, CallTicket, Rollout, last_active
+from trajlake.proxy.spool import (
+    ReplayedRollout,
+    Spool,
+    SpooledJSON,
+    SpoolError,
+    finish_event,
+    replay,
+)
 
 if TYPE_CHECKING:
     from trajlake.lake._lake import Lake
@@ -47,82 +58,13 @@ log = logging.getLogger(__name__)
 
 META_KEYS = ("task_id", "generation", "run_id", "harness")
 DEFAULT_IDLE_CLOSE_S = 1800.0
+"""An open rollout with no call for this long is closed and committed (status `error`)."""
 DEFAULT_OFFLOAD_BYTES = 64 * 1024
 """Calls with bodies at least this large are recorded on the worker thread (a smaller call's
 redaction and write take less than the hop to the worker and back)."""
-"""An open rollout with no call for this long is closed and committed (status `error`)."""
+DEFAULT_PROCESS_BYTES = 1 << 20
+"""Requests at least this large are parsed, redacted and encoded in the recording process."""
 _UNSET: Any = object()
-
-
-@dataclass(frozen=True)
-class CallTicket:
-    """A call in flight: its id and place in the rollout, handed back to `end_call`."""
-
-    call_id: str
-    rollout_id: str
-    seq: int
-    started_at: dt.datetime
-    started: float  # perf_counter at arrival
-    request_spooled: bool = False
-    """The (redacted) request is in the spool already: the answer's record omits it."""
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """What `end_call` is told about a completed call."""
-
-    dialect: str
-    endpoint: str
-    stream: bool
-    request: Any
-    response: Any
-    status_code: int | None
-    error: str | None
-
-
-@dataclass
-class _Rollout:
-    rollout_id: str
-    redactor: Redactor
-    meta: dict[str, Any] = field(default_factory=dict)
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    outcome: dict[str, Any] | None = None
-    next_seq: int = 0
-    inflight: int = 0
-    redacted: dict[str, str] = field(default_factory=dict)
-    """Original → redacted text of every string redacted so far: a request repeats the
-    history, which is then redacted once and reads the same in every spooled call."""
-    redactions: int = 0
-    """Replacements made before spooling (each distinct text counted once)."""
-    sent: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Spooled request events of the calls in flight (carried on rotation)."""
-    last_active: float = field(default_factory=time.time)
-    """Wall-clock time of the rollout's last event (for the idle close)."""
-    queued: Queue = field(default_factory=list)
-    """Its work on the recorder's worker thread, not applied yet (oldest first)."""
-
-    def redact(self, value: Any) -> Any:
-        """A redacted copy of a request, response or outcome (the original is forwarded)."""
-        copy, found = redact_json(value, self.redactor, self.redacted)
-        self.redactions += found
-        return copy
-
-    def records(self) -> list[dict[str, Any]]:
-        """Its spool events (calls, requests in flight, outcome), to carry into a new file."""
-        out = [*self.calls, *self.sent.values()]
-        if self.outcome is not None:
-            out.append({"kind": "outcome", "rollout_id": self.rollout_id, "outcome": self.outcome})
-        return out
-
-
-def _last_active(records: list[dict[str, Any]]) -> float:
-    """When a restored rollout last saw a call: its last answer's time (else now)."""
-    ends = []
-    for r in records:
-        with contextlib.suppress(TypeError, ValueError):
-            started = dt.datetime.fromisoformat(r["started_at"]).timestamp()
-            ends.append(started + float(r.get("latency_ms") or 0.0) / 1000.0)
-    return max(ends, default=time.time())
 
 
 class Recorder:
@@ -148,6 +90,8 @@ class Recorder:
             (None or 0: never).
         offload_bytes: Calls with bodies this large (bytes) are recorded on the worker thread
             by `begin_call_async`/`end_call_async` (default 64 KiB).
+        process_bytes: Requests this large (decoded bytes) are parsed, redacted and encoded
+            in a separate process by `begin_big_call_async` (default 1 MiB; None: never).
 
     Requests, responses, errors and outcomes are redacted before they are spooled, so the
     spool holds no secret in clear either (placeholders numbered per rollout, as in the lake).
@@ -169,21 +113,32 @@ class Recorder:
         allow_list: AllowList | None = None,
         idle_close_s: float | None = DEFAULT_IDLE_CLOSE_S,
         offload_bytes: int = DEFAULT_OFFLOAD_BYTES,
+        process_bytes: int | None = DEFAULT_PROCESS_BYTES,
     ) -> None:
         if batch_size < 1 or max_seconds <= 0:
             raise ValueError("batch_size must be >= 1 and max_seconds > 0")
         if idle_close_s is not None and idle_close_s < 0:
             raise ValueError("idle_close_s must be >= 0 (0 or None: never close idle rollouts)")
+        if process_bytes is not None and process_bytes < 0:
+            raise ValueError("process_bytes must be >= 0 (None: record every call here)")
         self._offload = Offload(offload_bytes)
+        self.process_bytes = process_bytes
+        # Strings this long can only come in requests that big: they stay in its cache.
+        self._process = RecordingProcess(max(process_bytes or 0, 1))
         self.lake = lake
         self._redact_personal, self._allow_list = redact_personal, allow_list
         self.idle_close_s = idle_close_s or None
         self.spool = Spool(spool_dir, fsync=fsync)
         self._rotate_bytes, self._rewritten_bytes = rotate_bytes, 0
         self._committer = Committer(
-            lake, self.spool, batch_size, max_seconds, after_commit=self._maybe_rotate
+            lake,
+            self.spool,
+            batch_size,
+            max_seconds,
+            after_commit=self._maybe_rotate,
+            build=self._process.build,
         )
-        self._rollouts: dict[str, _Rollout] = {}
+        self._rollouts: dict[str, Rollout] = {}
         self._closed: set[str] = set()
         """Spent rollout ids: finished here, replayed finished, or committed to the lake."""
         self._auto = itertools.count(1)
@@ -224,11 +179,11 @@ class Recorder:
     def _restore(self, r: ReplayedRollout) -> None:
         records = sorted(r.calls.values(), key=lambda c: int(c.get("seq", 0)))
         meta = dict(records[-1].get("meta") or {}) if records else {}
-        state = _Rollout(r.rollout_id, self._redactor(), meta, records, r.outcome)
+        state = Rollout(r.rollout_id, self._redactor(), meta, records, r.outcome)
         # New secrets of a restored rollout are numbered after those already spooled.
         state.redactions = state.redactor.reserve([json.dumps([records, r.outcome], default=str)])
         state.next_seq = 1 + max((int(c.get("seq", 0)) for c in records), default=-1)
-        state.last_active = _last_active(records)
+        state.last_active = last_active(records)
         if r.finished:
             self._closed.add(r.rollout_id)
             self._committer.submit(self._finished(state, r.status, r.closed))
@@ -298,6 +253,7 @@ class Recorder:
         """Commit what is finished and stop; unfinished rollouts stay in the spool."""
         self._offload.close()  # a record being written finishes first
         self._committer.close(timeout)
+        self._process.close()
         self.spool.close(remove=self._nothing_pending())
 
     @property
@@ -310,13 +266,18 @@ class Recorder:
             **self._committer.stats(),
         }
 
+    @property
+    def recording_pid(self) -> int | None:
+        """Process id of the process recording big requests (None until the first one)."""
+        return self._process.pid
+
     def _redactor(self) -> Redactor:
         return Redactor(personal=self._redact_personal, allow=self._allow_list)
 
-    def _state(self, rollout_id: str) -> _Rollout:
+    def _state(self, rollout_id: str) -> Rollout:
         state = self._rollouts.get(rollout_id)
         if state is None:
-            state = self._rollouts[rollout_id] = _Rollout(rollout_id, self._redactor())
+            state = self._rollouts[rollout_id] = Rollout(rollout_id, self._redactor())
         return state
 
     # ------------------------------------------------------------------ calls
@@ -391,9 +352,63 @@ class Recorder:
         )
         return ticket
 
+    def in_process(self, size: int) -> bool:
+        """Whether a request body of `size` bytes is recorded by `begin_big_call_async`."""
+        return self.process_bytes is not None and size >= self.process_bytes
+
+    async def begin_big_call_async(
+        self, rollout_id: str, meta: Mapping[str, Any], *, body: bytes, dialect: str, endpoint: str
+    ) -> tuple[CallTicket, SpooledJSON]:
+        """`begin_call_async` for a request given as its decoded bytes (`in_process` sizes):
+        parsed, redacted and encoded in the recording process, spooled from the worker thread.
+
+        Returns the ticket and the recorded (redacted) request, which says whether it streams.
+
+        Raises:
+            SpoolError: The request cannot be spooled, or the recording process died: refuse
+                the call (nothing is kept; the next call starts a new process).
+        """
+        state, ticket, fresh = self._open_call(rollout_id, meta, True)
+
+        def work() -> dict[str, Any]:
+            return self._spool_in_process(state, ticket, body, dialect, endpoint)
+
+        def applied(event: dict[str, Any]) -> None:
+            state.sent[ticket.call_id] = event
+
+        event = await self._offload.run(
+            state.queued, len(body), work, applied, lambda: self._not_opened(state, ticket, fresh)
+        )
+        return ticket, event["request"]
+
+    def _spool_in_process(
+        self, state: Rollout, ticket: CallTicket, body: bytes, dialect: str, endpoint: str
+    ) -> dict[str, Any]:
+        """`_spool_request` done by the recording process; the line is written here."""
+        event: dict[str, Any] = {
+            "kind": "request",
+            "rollout_id": ticket.rollout_id,
+            "call_id": ticket.call_id,
+            "seq": ticket.seq,
+            "dialect": dialect,
+            "endpoint": endpoint,
+            "stream": False,  # read from the body there
+            "started_at": ticket.started_at.isoformat(),
+        }
+        reply = self._process.request(
+            ticket.rollout_id, body, event, state.redactor, state.redacted, state.shipped
+        )
+        # What the redactor learnt is kept even if the write fails, as `state.redact` would.
+        state.redactor, state.redactions = reply.redactor, state.redactions + reply.found
+        state.redacted.update(reply.new_cache)
+        state.shipped = (reply.generation, len(state.redacted))
+        self.spool.append_encoded(reply.line, sync=False)
+        request = reply.spooled()
+        return {**event, "stream": request.stream, "request": request}
+
     def _open_call(
         self, rollout_id: str, meta: Mapping[str, Any], spooled: bool
-    ) -> tuple[_Rollout, CallTicket, bool]:
+    ) -> tuple[Rollout, CallTicket, bool]:
         """The call's ticket and place in its rollout (counted in flight from now on)."""
         fresh = rollout_id not in self._rollouts
         state = self._state(rollout_id)
@@ -411,7 +426,7 @@ class Recorder:
 
     def _spool_request(
         self,
-        state: _Rollout,
+        state: Rollout,
         ticket: CallTicket,
         request: Any,
         dialect: str,
@@ -435,7 +450,7 @@ class Recorder:
         self.spool.append(event, sync=False, in_pieces=big)
         return event
 
-    def _not_opened(self, state: _Rollout, ticket: CallTicket, fresh: bool) -> None:
+    def _not_opened(self, state: Rollout, ticket: CallTicket, fresh: bool) -> None:
         """Undo `_open_call` for a call whose request could not be spooled."""
         state.inflight = max(0, state.inflight - 1)
         if state.next_seq == ticket.seq + 1:
@@ -462,7 +477,7 @@ class Recorder:
             SpoolError: The record cannot be spooled: the call must fail (a 5xx, or a stream
                 cut before its end). It is kept in memory as a failed call without response.
         """
-        answer = _Answer(dialect, endpoint, stream, request, response, status_code, error)
+        answer = Answer(dialect, endpoint, stream, request, response, status_code, error)
         state, sent, latency_ms = self._close_call(ticket)
         kept, failure = self._spool_answer(state, ticket, sent, latency_ms, answer)
         state.calls.append(kept)
@@ -488,7 +503,7 @@ class Recorder:
         Raises:
             SpoolError: As for `end_call`.
         """
-        answer = _Answer(dialect, endpoint, stream, request, response, status_code, error)
+        answer = Answer(dialect, endpoint, stream, request, response, status_code, error)
         state, sent, latency_ms = self._close_call(ticket)
 
         big = size >= self._offload.offload_bytes
@@ -503,7 +518,7 @@ class Recorder:
         if failure is not None:
             raise failure
 
-    def _close_call(self, ticket: CallTicket) -> tuple[_Rollout, dict[str, Any] | None, float]:
+    def _close_call(self, ticket: CallTicket) -> tuple[Rollout, dict[str, Any] | None, float]:
         """The call's rollout, its spooled request event (if any) and its latency in ms."""
         state = self._rollouts.get(ticket.rollout_id)
         if state is None:  # finished while the call was in flight
@@ -516,11 +531,11 @@ class Recorder:
 
     def _spool_answer(
         self,
-        state: _Rollout,
+        state: Rollout,
         ticket: CallTicket,
         sent: dict[str, Any] | None,
         latency_ms: float,
-        answer: _Answer,
+        answer: Answer,
         big: bool = False,
     ) -> tuple[dict[str, Any], SpoolError | None]:
         """Redact and spool the call record (the costly part of `end_call`): the record to
@@ -610,10 +625,12 @@ class Recorder:
         # this rollout's calls are only in it.
         self._committer.submit(self._finished(state, status, closed))
         del self._rollouts[rollout_id]
+        if state.shipped != (0, 0):
+            self._process.forget(rollout_id)
         return len(state.calls)
 
     @staticmethod
-    def _finished(state: _Rollout, status: str | None, closed: str | None) -> FinishedRollout:
+    def _finished(state: Rollout, status: str | None, closed: str | None) -> FinishedRollout:
         return FinishedRollout(
             state.rollout_id,
             dict(state.meta),

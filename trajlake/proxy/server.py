@@ -34,13 +34,14 @@ from trajlake.errors import missing_extra
 from trajlake.proxy._forward import (
     Call,
     Forwarder,
+    decode_body,
     header_meta,
     json_copy,
     json_error,
     upstream_root,
 )
 from trajlake.proxy.dialects import ENDPOINTS
-from trajlake.proxy.recorder import Recorder
+from trajlake.proxy.recorder import CallTicket, Recorder
 from trajlake.proxy.spool import SpoolError
 from trajlake.schema import Status
 
@@ -204,18 +205,8 @@ class _Proxy:
         if self.recorder.is_finished(rid):
             message = f"rollout {rid!r} is finished: send the next rollout's calls under a new id"
             return json_error(409, "rollout_finished", message)
-        body, _ = json_copy(raw, request.headers.get("Content-Encoding"))
-        stream = isinstance(body, dict) and bool(body.get("stream"))
         try:  # the request is spooled first: a failing spool refuses before the upstream bills
-            ticket = await self.recorder.begin_call_async(
-                rid,
-                meta,
-                request=body,
-                dialect=dialect,
-                endpoint=path,
-                stream=stream,
-                size=len(raw),
-            )
+            ticket, body, stream = await self._begin(request, rid, meta, dialect, path, raw)
         except SpoolError as e:
             return _not_recorded("call", e)
         call = Call(ticket, dialect, path, body, stream, size=len(raw))
@@ -237,6 +228,40 @@ class _Proxy:
                 except SpoolError as e:  # stays open; the idle close commits it later
                     log.error("cannot finish %s: %s", rid, e)
 
+    async def _begin(
+        self,
+        request: web.Request,
+        rid: str,
+        meta: Mapping[str, Any],
+        dialect: str,
+        path: str,
+        raw: bytes,
+    ) -> tuple[CallTicket, Any, bool]:
+        """Spool the request (raises `SpoolError`): its ticket, recorded copy and stream flag.
+
+        A big one is not parsed here (one `json.loads` of 16 MiB holds the loop for tens of
+        ms): its decoded bytes go to the recording process, which says whether it streams.
+        """
+        encoding = request.headers.get("Content-Encoding")
+        plain = _decoded(raw, encoding) if self.recorder.in_process(len(raw)) else None
+        if plain is not None:
+            ticket, spooled = await self.recorder.begin_big_call_async(
+                rid, meta, body=plain, dialect=dialect, endpoint=path
+            )
+            return ticket, spooled, spooled.stream
+        body, _ = json_copy(raw, encoding)
+        stream = isinstance(body, dict) and bool(body.get("stream"))
+        ticket = await self.recorder.begin_call_async(
+            rid,
+            meta,
+            request=body,
+            dialect=dialect,
+            endpoint=path,
+            stream=stream,
+            size=len(raw),
+        )
+        return ticket, body, stream
+
     async def _record(
         self, call: Call, response: Any, status: int | None, error: str | None
     ) -> None:
@@ -251,6 +276,18 @@ class _Proxy:
             error=error,
             size=call.size + call.response_bytes,
         )
+
+
+def _decoded(raw: bytes, encoding: str | None) -> bytes | None:
+    """The body decoded (None if it cannot be: then `json_copy` says why, as for any call).
+
+    Raises:
+        BodyTooLarge: Decoded, it would exceed the decoded-size limit.
+    """
+    try:
+        return decode_body(raw, encoding)
+    except ValueError:
+        return None
 
 
 def _not_recorded(what: str, error: SpoolError) -> web.Response:
@@ -382,7 +419,20 @@ def _recorder(
     lake: Lake, spool_dir: str | os.PathLike[str] | None, run_id: str | None, **kw: Any
 ) -> Recorder:
     where = spool_dir if spool_dir is not None else default_spool_dir(lake.uri)
+    _check_spool_outside(Path(where), lake.uri)
     return Recorder(lake, where, run_id=run_id, **kw)
+
+
+def _check_spool_outside(spool: Path, lake_uri: str) -> None:
+    """Refuse a spool inside the lake's folder: it would sit among the lake's own files."""
+    if "://" in lake_uri:
+        return
+    lake_dir, where = Path(lake_uri).resolve(), spool.resolve()
+    if where == lake_dir or lake_dir in where.parents:
+        raise ValueError(
+            f"the spool folder {spool} is inside the lake {lake_uri}: pass a --spool-dir "
+            "outside it (the default is under ~/.cache/trajlake/proxy-spool)"
+        )
 
 
 def run_proxy(

@@ -23,7 +23,7 @@ from typing import IO, Any, NamedTuple
 
 from trajlake.errors import TrajlakeError
 
-__all__ = ["Replay", "ReplayedRollout", "Spool", "SpoolError", "replay"]
+__all__ = ["Replay", "ReplayedRollout", "Spool", "SpoolError", "SpooledJSON", "replay"]
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +86,60 @@ def _private_directory(directory: Path) -> None:
         raise SpoolError(f"cannot make the proxy spool folder {directory} private: {e}") from e
 
 
+class SpooledJSON:
+    """A value kept as the JSON text it was spooled as (a big request encoded in another
+    process): written back as it is, parsed only when read (`value`).
+
+    `line` is the spooled line holding it and `start` where the value begins; the value is the
+    line's last, so it ends before the closing `}` and line break.
+    """
+
+    __slots__ = ("line", "start", "stream")
+
+    def __init__(self, line: bytes, start: int, stream: bool = False) -> None:
+        if not (0 < start <= len(line) - 2 and line.endswith(b"}\n")):
+            raise ValueError("a spooled JSON value must end its line, before the closing brace")
+        self.line, self.start = line, start
+        self.stream = stream
+        """The request asked for a streamed answer (read from it when it was encoded)."""
+
+    @property
+    def raw(self) -> bytes:
+        """The value's JSON text."""
+        return self.line[self.start : -2]
+
+    def value(self) -> Any:
+        """The value, parsed (a copy each time)."""
+        return json.loads(self.raw)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SpooledJSON) and other.raw == self.raw
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def _encode(records: Iterable[Mapping[str, Any]], *, in_pieces: bool = False) -> bytes:
     dumps = _dumps_in_pieces if in_pieces else _dumps
-    return b"".join(dumps(r).encode() + b"\n" for r in records)
+    return b"".join(_line(r, dumps) for r in records)
+
+
+def _line(record: Mapping[str, Any], dumps: Callable[[Any], str]) -> bytes:
+    """One record's line; values kept as spooled JSON are written as they are, last."""
+    kept = [k for k, v in record.items() if isinstance(v, SpooledJSON)]
+    if not kept:
+        return _utf8(dumps(record)) + b"\n"
+    head = _utf8(dumps({k: v for k, v in record.items() if k not in kept}))
+    parts = [head[:-1]]
+    for i, key in enumerate(kept):
+        sep = b"," if i or len(head) > 2 else b""
+        parts += (sep, _utf8(_escape(key)), b":", record[key].raw)
+    return b"".join(parts) + b"}\n"
+
+
+def _utf8(text: str) -> bytes:
+    """UTF-8, with a lone surrogate (a JSON body may hold `\\ud800`) written as its JSON
+    escape: the line stays valid UTF-8 and reads back as the same string."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _dumps(value: Any) -> str:
@@ -210,7 +261,10 @@ class Spool:
                 (or, if even that fails, the next write starts on a new line), so a failed
                 write never leaves a line that replay would take for a record.
         """
-        data = _encode(records, in_pieces=in_pieces)
+        self.append_encoded(_encode(records, in_pieces=in_pieces), sync=sync)
+
+    def append_encoded(self, data: bytes, *, sync: bool = True) -> None:
+        """Write whole lines encoded already (by another process); as `append_many`."""
         with self._mutex:
             if self._fd is None:
                 raise SpoolError(f"the spool {self.path} is closed")

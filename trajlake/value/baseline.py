@@ -56,7 +56,7 @@ _TEST = r"pytest|unittest|\btox\b|npm test|go test|cargo test|run_tests"
 _REPORT = r"\bpassed\b|\bfailed\b"
 
 _FEATURES_SQL = """
-WITH ids AS (SELECT unnest({ids}::VARCHAR[]) AS trajectory_id),
+WITH ids AS (SELECT unnest($ids::VARCHAR[]) AS trajectory_id),
 msg AS (
     SELECT trajectory_id,
            count(*) FILTER (WHERE role = 'assistant') AS n_assistant,
@@ -65,16 +65,16 @@ msg AS (
            count(*) FILTER (WHERE role NOT IN ('assistant', 'system')
                AND (coalesce(is_error, false) OR coalesce(exit_code, 0) <> 0)) AS n_errors,
            arg_max(content, idx) FILTER (WHERE role = 'tool'
-               AND regexp_matches(content, '{report}', 'i')) AS last_report
+               AND regexp_matches(content, $report, 'i')) AS last_report
     FROM messages JOIN ids USING (trajectory_id)
     GROUP BY trajectory_id
 ),
 calls AS (
     SELECT trajectory_id, count(*) AS n_calls,
-           count(*) FILTER (WHERE regexp_matches(coalesce(tool_name, ''), '{edit}', 'i'))
+           count(*) FILTER (WHERE regexp_matches(coalesce(tool_name, ''), $edit, 'i'))
                AS n_edits,
            count(*) FILTER (WHERE regexp_matches(
-               coalesce(tool_name, '') || ' ' || coalesce(arguments, ''), '{test}', 'i'))
+               coalesce(tool_name, '') || ' ' || coalesce(arguments, ''), $test, 'i'))
                AS n_tests
     FROM tool_calls JOIN ids USING (trajectory_id)
     GROUP BY trajectory_id
@@ -102,10 +102,6 @@ FROM trajectories t JOIN ids USING (trajectory_id)
 LEFT JOIN msg m USING (trajectory_id)
 LEFT JOIN calls c USING (trajectory_id)
 """
-
-
-def _sql_list(values: Sequence[str]) -> str:
-    return "[" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + "]"
 
 
 def _top(values: Sequence[str | None], n: int) -> list[str]:
@@ -143,8 +139,8 @@ def trajectory_features(
     """
     if not ids:
         raise ValueError("ids must not be empty")
-    query = _FEATURES_SQL.format(ids=_sql_list(ids), report=_REPORT, edit=_EDIT, test=_TEST)
-    rows = {r[0]: r[1:] for r in lake.sql(query, at=at).rows()}
+    params = {"ids": list(ids), "report": _REPORT, "edit": _EDIT, "test": _TEST}
+    rows = {r[0]: r[1:] for r in lake.sql(_FEATURES_SQL, params, at=at).rows()}
     missing = [i for i in ids if i not in rows]
     if missing:
         raise TrajlakeError(

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
+from trajlake._query_where import where_ids
+
 if TYPE_CHECKING:
     from trajlake.lake._lake import Lake, SnapshotRef
 
@@ -50,7 +52,7 @@ def label_relation(label: LabelSource) -> str:
 
 
 def _sql_query(where: str | None, label: LabelSource) -> str:
-    condition = f"AND ({where})" if where else ""
+    condition = f"AND {where_ids(where, 'o.trajectory_id')}" if where else ""
     return f"""
         SELECT o.trajectory_id, coalesce(o.task_id, o.trajectory_id) AS task_id,
                o.resolved, o.reward, o.outcome_source, t.harness, t.policy_model, t.run_id
@@ -73,8 +75,8 @@ def load_examples(
         lake: The lake to read.
         at: Snapshot reference (id, tag, timestamp, None for the latest); it is resolved once
             and recorded on every example.
-        where: Optional SQL predicate over the `trajectories` columns, aliased `t`
-            (e.g. ``"t.harness = 'swe-agent'"``).
+        where: Optional SQL predicate over the `trajectories` columns (e.g.
+            ``"harness = 'swe-agent'"``; the table is aliased `t`, so ``t.harness`` works too).
         label: Where labels come from: ``"outcomes"`` (the effective outcome: a label matched
             by trajectory id, then by task + run, then the rollout's own result) or
             ``"labels:<source>"`` (only labels of that source, e.g. ``labels:swebench``).

@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trajlake._query_where import where_ids
 from trajlake.records import rows_for_table
 from trajlake.value.artifacts import SavedModel
 
@@ -24,12 +25,11 @@ def _selection(
     """(trajectory id, group, resolved, reward) of the selected trajectories."""
     if group_by not in _GROUP_COLUMNS:
         raise ValueError(f"group_by must be one of {', '.join(_GROUP_COLUMNS)}, got {group_by!r}")
-    condition = f"WHERE ({where})" if where else ""
     query = f"""
         SELECT t.trajectory_id, coalesce(CAST(t.{group_by} AS VARCHAR), t.trajectory_id),
                o.resolved, o.reward
         FROM trajectories t LEFT JOIN outcomes o USING (trajectory_id)
-        {condition} ORDER BY t.trajectory_id
+        WHERE {where_ids(where, "t.trajectory_id")} ORDER BY t.trajectory_id
     """
     return [tuple(r) for r in lake.sql(query, at=snapshot_id).rows()]
 

@@ -230,7 +230,8 @@ def _generations(lake: Lake, data: TrainingData) -> list[int]:
     ids = [e.trajectory_id for e in data.splits["train"]]
     rows = lake.sql(
         "SELECT DISTINCT generation FROM trajectories WHERE generation IS NOT NULL "
-        f"AND trajectory_id IN (SELECT unnest({ids!r}::VARCHAR[])) ORDER BY 1",
+        "AND trajectory_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY 1",
+        [ids],
         at=data.snapshot_id,
     ).rows()
     return [int(r[0]) for r in rows]
