@@ -3,7 +3,6 @@ the single-rollout fallback and its warning, and runs through `trajlake credit`.
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 from pathlib import Path
@@ -12,14 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 import trajlake as tl
+from tests.credit._corpus import CORPUS, ingest_labelled_corpus
 from trajlake.cli.credit_cmd import credit
 from trajlake.credit import AnchoredValues, TrajectoryTurns, Turn, load_turns, run_credit
 from trajlake.credit._text_features import Observation
 from trajlake.credit.anchored import state_key
 from trajlake.credit.evaluate import evaluate_credit
 from trajlake.synth import SynthConfig, generate
-
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 
 
 def traj(tid: str, task: str, outcome: float, texts: list[str], obs: dict) -> TrajectoryTurns:
@@ -121,14 +119,7 @@ def test_run_reads_observations_and_beats_nothing(lake: tl.Lake, tmp_path: Path)
 def test_real_corpus_end_to_end(
     lake: tl.Lake, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    for part in ("01_sweagent_traj", "02_mini_swe_agent", "06_eval_frameworks/tau_bench"):
-        lake.ingest(str(CORPUS / part))
-    unlabelled = lake.sql("SELECT trajectory_id FROM outcomes WHERE resolved IS NULL").rows()
-    with (tmp_path / "labels.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["trajectory_id", "resolved"])
-        writer.writerows([tid, "true" if i % 2 else "false"] for i, (tid,) in enumerate(unlabelled))
-    lake.label(str(tmp_path / "labels.csv"))
+    ingest_labelled_corpus(lake, tmp_path)
     with caplog.at_level(logging.WARNING, logger="trajlake.credit.anchored"):
         report = run_credit(lake, estimator="anchor", name="anchor")
     assert report.skipped == 0

@@ -4,7 +4,6 @@ real trajectories."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import trajlake as tl
+from tests.credit._corpus import CORPUS, ingest_labelled_corpus
 from trajlake.cli.credit_cmd import credit
 from trajlake.credit import CrossFitTextValues, TrajectoryTurns, Turn, load_turns, value_source
 from trajlake.credit._text_features import Observation
@@ -21,8 +21,6 @@ from trajlake.credit.crossfit import lambda_targets
 from trajlake.credit.evaluate import evaluate_credit
 from trajlake.errors import TrajlakeError
 from trajlake.synth import SynthConfig, generate
-
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 
 
 def traj(
@@ -150,15 +148,7 @@ def test_cli_run_on_synthetic_tasks_beats_the_broadcast(lake: tl.Lake, tmp_path:
 @pytest.mark.slow
 @pytest.mark.skipif(not (CORPUS / "01_sweagent_traj").is_dir(), reason="no shared corpus")
 def test_real_corpus_end_to_end(lake: tl.Lake, tmp_path: Path) -> None:
-    for part in ("01_sweagent_traj", "02_mini_swe_agent", "06_eval_frameworks/tau_bench"):
-        lake.ingest(str(CORPUS / part))
-    # SWE-agent and mini-swe-agent files carry no verdicts: label them alternately.
-    unlabelled = lake.sql("SELECT trajectory_id FROM outcomes WHERE resolved IS NULL").rows()
-    with (tmp_path / "labels.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["trajectory_id", "resolved"])
-        writer.writerows([tid, "true" if i % 2 else "false"] for i, (tid,) in enumerate(unlabelled))
-    lake.label(str(tmp_path / "labels.csv"))
+    ingest_labelled_corpus(lake, tmp_path)
     runner = CliRunner()
     for estimator in ("crossfit:text-td", "crossfit:text-task"):
         result = runner.invoke(

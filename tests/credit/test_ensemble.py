@@ -3,7 +3,6 @@ task, bad names named, and runs through `trajlake credit` on synthetic and real 
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Sequence
@@ -14,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import trajlake as tl
+from tests.credit._corpus import CORPUS, ingest_labelled_corpus
 from trajlake.cli.credit_cmd import credit
 from trajlake.credit import (
     PrefixMCValues,
@@ -32,8 +32,6 @@ from trajlake.credit.ensemble import (
 from trajlake.credit.evaluate import evaluate_credit
 from trajlake.errors import TrajlakeError
 from trajlake.synth import SynthConfig, generate
-
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 
 
 class FixedValues:
@@ -204,15 +202,7 @@ def test_cli_run_on_synthetic_tasks(lake: tl.Lake, tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not (CORPUS / "01_sweagent_traj").is_dir(), reason="no shared corpus")
 def test_real_corpus_end_to_end(lake: tl.Lake, tmp_path: Path) -> None:
-    for part in ("01_sweagent_traj", "02_mini_swe_agent", "06_eval_frameworks/tau_bench"):
-        lake.ingest(str(CORPUS / part))
-    # SWE-agent and mini-swe-agent files carry no verdicts: label them alternately.
-    unlabelled = lake.sql("SELECT trajectory_id FROM outcomes WHERE resolved IS NULL").rows()
-    with (tmp_path / "labels.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["trajectory_id", "resolved"])
-        writer.writerows([tid, "true" if i % 2 else "false"] for i, (tid,) in enumerate(unlabelled))
-    lake.label(str(tmp_path / "labels.csv"))
+    ingest_labelled_corpus(lake, tmp_path)
     name = "ensemble:crossfit:text-td+anchor+prefix-mc"
     report = run_credit(lake, estimator=name, name="ens")
     turns = load_turns(lake)

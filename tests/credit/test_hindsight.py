@@ -4,7 +4,6 @@ equal to one-by-one scoring, truncation, clear errors, cross-fitting, the CLI an
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ pytest.importorskip("transformers")
 from click.testing import CliRunner
 
 import trajlake as tl
+from tests.credit._corpus import CORPUS, ingest_labelled_corpus
 from trajlake.cli.credit_cmd import credit
 from trajlake.credit import TrajectoryTurns, Turn, load_turns, value_source
 from trajlake.credit._hindsight_lm import (
@@ -34,8 +34,6 @@ from trajlake.credit.hindsight import HindsightValues, values_from_deltas
 from trajlake.errors import TrajlakeError
 from trajlake.synth import SynthConfig, generate
 from trajlake.value._neural_tokenizers import train_tokenizer
-
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -216,14 +214,7 @@ def test_cli_runs_both_names(synth_lake: tl.Lake, model_dir: Path) -> None:
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present")
 def test_real_corpus_end_to_end(tmp_path: Path) -> None:
     lake = tl.open_lake(tmp_path / "lake", create=True)
-    for part in ("01_sweagent_traj", "02_mini_swe_agent", "06_eval_frameworks/tau_bench"):
-        lake.ingest(str(CORPUS / part))
-    unlabelled = lake.sql("SELECT trajectory_id FROM outcomes WHERE resolved IS NULL").rows()
-    with (tmp_path / "labels.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["trajectory_id", "resolved"])
-        writer.writerows([tid, "true" if i % 2 else "false"] for i, (tid,) in enumerate(unlabelled))
-    lake.label(str(tmp_path / "labels.csv"))
+    ingest_labelled_corpus(lake, tmp_path)
     args = ["--lake", lake.uri, "--estimator", "hindsight:fit", "--name", "hs", "-o", "json"]
     for option in ("steps=10", "n_embd=16", "n_layer=1", "max_tokens=128", "vocab_size=500"):
         args += ["--source-option", option]

@@ -4,7 +4,6 @@ through `trajlake credit` on synthetic and real trajectories."""
 
 from __future__ import annotations
 
-import csv
 import itertools
 import json
 import math
@@ -15,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import trajlake as tl
+from tests.credit._corpus import CORPUS, ingest_labelled_corpus
 from trajlake.cli.credit_cmd import credit
 from trajlake.credit import TrajectoryTurns, Turn, load_turns, value_source
 from trajlake.credit._sparse_logit import N_SCALARS, PrefixDesign
@@ -23,8 +23,6 @@ from trajlake.credit.evaluate import evaluate_credit
 from trajlake.credit.progress import ProgressValues, endpoints, fit_ridge, turn_design
 from trajlake.errors import TrajlakeError
 from trajlake.synth import SynthConfig, generate
-
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 
 
 def traj(
@@ -250,15 +248,7 @@ def test_cli_run_on_synthetic_tasks_beats_the_broadcast(lake: tl.Lake, tmp_path:
 @pytest.mark.slow
 @pytest.mark.skipif(not (CORPUS / "01_sweagent_traj").is_dir(), reason="no shared corpus")
 def test_real_corpus_end_to_end(lake: tl.Lake, tmp_path: Path) -> None:
-    for part in ("01_sweagent_traj", "02_mini_swe_agent", "06_eval_frameworks/tau_bench"):
-        lake.ingest(str(CORPUS / part))
-    # SWE-agent and mini-swe-agent files carry no verdicts: label them alternately.
-    unlabelled = lake.sql("SELECT trajectory_id FROM outcomes WHERE resolved IS NULL").rows()
-    with (tmp_path / "labels.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["trajectory_id", "resolved"])
-        writer.writerows([tid, "true" if i % 2 else "false"] for i, (tid,) in enumerate(unlabelled))
-    lake.label(str(tmp_path / "labels.csv"))
+    ingest_labelled_corpus(lake, tmp_path)
     runner = CliRunner()
     turns = load_turns(lake)
     for estimator in ("progress", "progress-td"):

@@ -16,13 +16,13 @@ its sibling rollouts can.
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from trajlake.credit._folds import task_folds, task_key
 from trajlake.credit._sparse_logit import (
     N_SCALARS,
     Floats,
@@ -40,7 +40,6 @@ from trajlake.credit._text_features import (
     turn_words,
 )
 from trajlake.credit._types import TrajectoryTurns
-from trajlake.errors import TrajlakeError
 
 if TYPE_CHECKING:
     from trajlake.lake._lake import Lake, SnapshotRef
@@ -49,13 +48,6 @@ log = logging.getLogger(__name__)
 
 _SEED_A = 0x51A7_E0F1
 _SEED_B = 0x2B1D_C0DE
-
-
-def task_key(trajectory: TrajectoryTurns) -> str:
-    """The task a trajectory belongs to (its own id when it has no task id)."""
-    return (
-        trajectory.task_id if trajectory.task_id is not None else "traj:" + trajectory.trajectory_id
-    )
 
 
 @dataclass
@@ -228,22 +220,14 @@ class CrossFitTextValues:
         self.train_tasks: list[set[str]] = []
 
     def assign_folds(self, trajectories: Sequence[TrajectoryTurns]) -> dict[str, int]:
-        """Fold of every task: labelled tasks shuffled by `seed` and dealt round-robin."""
-        tasks = sorted({task_key(t) for t in trajectories if t.outcome is not None})
-        if len(tasks) < 2:
-            raise TrajlakeError(
-                f"{self.name} needs labelled trajectories of at least 2 tasks to value each one "
-                f"with a model that never saw its task; got {len(tasks)} (label more tasks, or "
-                "use value-model:builtin, which fits in-sample)"
-            )
-        k = min(self.folds, len(tasks))
-        if k < self.folds:
-            log.warning("%s: only %d labelled tasks, using %d folds", self.name, len(tasks), k)
-        perm = np.random.default_rng(self.seed).permutation(len(tasks))
-        fold = {tasks[j]: i % k for i, j in enumerate(perm)}
-        for t in trajectories:  # unlabelled tasks: any fold is out of sample; pick a stable one
-            fold.setdefault(task_key(t), zlib.crc32(task_key(t).encode()) % k)
-        return fold
+        """Fold of every task (`task_folds`: labelled tasks shuffled by `seed`, round-robin)."""
+        return task_folds(
+            trajectories,
+            folds=self.folds,
+            seed=self.seed,
+            name=self.name,
+            remedy="label more tasks, or use value-model:builtin, which fits in-sample",
+        )
 
     def values(self, trajectories: Sequence[TrajectoryTurns]) -> dict[str, list[float]]:
         """Out-of-fold V(s_0) … V(s_T) of every trajectory."""

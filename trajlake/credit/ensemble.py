@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import zlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trajlake.credit._folds import task_folds, task_key
 from trajlake.credit._types import TrajectoryTurns, ValueSource
 from trajlake.credit.values import TRANSCRIPT_SOURCES, PrefixMCValues, action_key, value_source
 from trajlake.errors import TrajlakeError
@@ -105,12 +105,6 @@ def fit_nonnegative(gram: np.ndarray, xty: np.ndarray, yty: float) -> tuple[np.n
     return best
 
 
-def _task(trajectory: TrajectoryTurns) -> str:
-    return (
-        trajectory.task_id if trajectory.task_id is not None else "traj:" + trajectory.trajectory_id
-    )
-
-
 class EnsembleValues:
     """Value source: a non-negative linear combination of other sources, cross-fitted by task.
 
@@ -164,21 +158,14 @@ class EnsembleValues:
         """Trajectories left out because some component gave them no values."""
 
     def assign_folds(self, trajectories: Sequence[TrajectoryTurns]) -> dict[str, int]:
-        """Fold of every task: labelled tasks shuffled by `seed` and dealt round-robin."""
-        tasks = sorted({_task(t) for t in trajectories if t.outcome is not None})
-        if len(tasks) < 2:
-            raise TrajlakeError(
-                f"{self.name} needs labelled trajectories of at least 2 tasks to fit its weights "
-                f"on tasks other than the one it values; got {len(tasks)} (label more tasks)"
-            )
-        k = min(self.folds, len(tasks))
-        if k < self.folds:
-            log.warning("%s: only %d labelled tasks, using %d folds", self.name, len(tasks), k)
-        perm = np.random.default_rng(self.seed).permutation(len(tasks))
-        fold = {tasks[j]: i % k for i, j in enumerate(perm)}
-        for t in trajectories:  # unlabelled tasks: any fold is out of sample; pick a stable one
-            fold.setdefault(_task(t), zlib.crc32(_task(t).encode()) % k)
-        return fold
+        """Fold of every task (`task_folds`: labelled tasks shuffled by `seed`, round-robin)."""
+        return task_folds(
+            trajectories,
+            folds=self.folds,
+            seed=self.seed,
+            name=self.name,
+            remedy="label more tasks",
+        )
 
     def values(self, trajectories: Sequence[TrajectoryTurns]) -> dict[str, list[float]]:
         """Out-of-fold combined V(s_0) … V(s_T) of the trajectories every component valued."""
@@ -213,7 +200,7 @@ class EnsembleValues:
             rows = sum(s[3] for s in others)
             self.fold_weights.append(FoldWeights(float(coef[0]), weights, rows))
             self.train_tasks.append(
-                {_task(t) for t in kept if t.outcome is not None and fold[_task(t)] != f}
+                {task_key(t) for t in kept if t.outcome is not None and fold[task_key(t)] != f}
             )
         log.info("%s fold weights: %s", self.name, [w.to_dict() for w in self.fold_weights])
         return {t.trajectory_id: self._combine(t, curves, fold) for t in kept}
@@ -233,8 +220,8 @@ class EnsembleValues:
                 continue
             z = self._design(t, curves, len(t.turns))
             y = float(t.outcome)
-            gram, xty, yty, rows = stats[fold[_task(t)]]
-            stats[fold[_task(t)]] = (
+            gram, xty, yty, rows = stats[fold[task_key(t)]]
+            stats[fold[task_key(t)]] = (
                 gram + z.T @ z,
                 xty + z.sum(axis=0) * y,
                 yty + y * y * len(z),
@@ -258,7 +245,7 @@ class EnsembleValues:
         curves: Sequence[Mapping[str, list[float]]],
         fold: Mapping[str, int],
     ) -> list[float]:
-        w = self.fold_weights[fold[_task(t)]]
+        w = self.fold_weights[fold[task_key(t)]]
         coef = np.asarray([w.intercept, *w.weights.values()])
         values: list[float] = np.clip(
             self._design(t, curves, len(t.turns) + 1) @ coef, 0.0, 1.0
@@ -301,7 +288,7 @@ class LeaveOneOutPrefixMC(PrefixMCValues):
         for t in labelled:
             acts = keys[t.trajectory_id]
             for depth in range(len(acts) + 1):
-                node = visits[(_task(t), *acts[:depth])]
+                node = visits[(task_key(t), *acts[:depth])]
                 node[0] += 1
                 node[1] += float(t.outcome)  # type: ignore[arg-type]
         a, b = self.prior
@@ -310,7 +297,7 @@ class LeaveOneOutPrefixMC(PrefixMCValues):
             r, acts = float(t.outcome), keys[t.trajectory_id]  # type: ignore[arg-type]
             curve: list[float] = []
             for depth in range(len(acts)):
-                n, k = visits[(_task(t), *acts[:depth])]
+                n, k = visits[(task_key(t), *acts[:depth])]
                 n, k = n - 1, k - r
                 if depth == 0 or n >= self.min_visits:
                     curve.append((k + a) / (n + a + b) if n + a + b > 0 else 0.0)

@@ -17,16 +17,15 @@ from __future__ import annotations
 import logging
 import math
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from trajlake.credit._folds import task_folds, task_key
 from trajlake.credit._text_features import Key, Observation, read_observations
 from trajlake.credit._types import TrajectoryTurns
-from trajlake.credit.crossfit import task_key
 from trajlake.errors import TrajlakeError
 
 if TYPE_CHECKING:
@@ -221,22 +220,14 @@ class HindsightValues:
         return out
 
     def assign_folds(self, trajs: Sequence[TrajectoryTurns]) -> dict[str, int]:
-        """Fold of every task: labelled tasks shuffled by `seed`, dealt round-robin."""
-        tasks = sorted({task_key(t) for t in trajs if t.outcome is not None})
-        if len(tasks) < 2:
-            raise TrajlakeError(
-                f"{self.name} needs labelled trajectories of at least 2 tasks to value each one "
-                f"with a model fitted on other tasks; got {len(tasks)} (label more tasks, or use "
-                "a pretrained model without fit)"
-            )
-        k = min(self.folds, len(tasks))
-        if k < self.folds:
-            log.warning("%s: only %d labelled tasks, using %d folds", self.name, len(tasks), k)
-        perm = np.random.default_rng(self.seed).permutation(len(tasks))
-        fold = {tasks[j]: i % k for i, j in enumerate(perm)}
-        for t in trajs:  # unlabelled tasks: any fold is out of sample; pick a stable one
-            fold.setdefault(task_key(t), zlib.crc32(task_key(t).encode()) % k)
-        return fold
+        """Fold of every task (`task_folds`: labelled tasks shuffled by `seed`, round-robin)."""
+        return task_folds(
+            trajs,
+            folds=self.folds,
+            seed=self.seed,
+            name=self.name,
+            remedy="label more tasks, or use a pretrained model without fit",
+        )
 
     def _tokenizer(self, trajs: Sequence[TrajectoryTurns], obs: Mapping[Key, Observation]) -> Any:
         """The model's tokenizer, or a WordPiece vocabulary built from the transcripts' text

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from trajlake.credit._folds import task_key
 from trajlake.credit._sparse_logit import (
     N_SCALARS,
     Floats,
@@ -24,12 +25,7 @@ from trajlake.credit._sparse_logit import (
 )
 from trajlake.credit._text_features import Key, NgramHasher, Observation
 from trajlake.credit._types import TrajectoryTurns
-from trajlake.credit.crossfit import (
-    CrossFitTextValues,
-    TextFeaturiser,
-    lambda_targets,
-    task_key,
-)
+from trajlake.credit.crossfit import CrossFitTextValues, TextFeaturiser, lambda_targets
 
 if TYPE_CHECKING:
     from trajlake.lake._lake import Lake, SnapshotRef
