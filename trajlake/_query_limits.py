@@ -158,7 +158,9 @@ def spill_directory(lake_root: str) -> str | None:
     return str(private / f"{SPILL_PREFIX}{_host()}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
-def _quote(text: str) -> str:
+def sql_literal(text: str) -> str:
+    """`text` as a SQL string literal. Only for statements DuckDB binds no parameters in
+    (`SET`, view definitions); queries pass values as parameters (`lake.sql(query, params)`)."""
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -168,7 +170,7 @@ def apply_limits(db: duckdb.DuckDBPyConnection, lake_root: str | None, limits: Q
     db.execute(f"SET memory_limit='{limits.memory_limit}B'")
     db.execute(f"SET threads={limits.threads}")
     spill = None if lake_root is None else spill_directory(lake_root)
-    db.execute(f"SET temp_directory={_quote(spill or '')}")
+    db.execute(f"SET temp_directory={sql_literal(spill or '')}")
     if spill is not None:
         free = shutil.disk_usage(Path(spill).parent).free
         db.execute(f"SET max_temp_directory_size='{max(MIN_MEMORY, min(SPILL_CAP, free // 2))}B'")

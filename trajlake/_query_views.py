@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from trajlake._query_limits import QueryLimits, apply_limits
+from trajlake._query_limits import QueryLimits, apply_limits, sql_literal
 from trajlake.schema import TABLES, table_schema
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def outcomes_sql(source: str | None = None) -> str:
     A label matched by trajectory id beats one matched by task + run id; among those the newest
     wins; without a label, the rollout's recorded result (unless `source` is given).
     """
-    only = "" if source is None else " AND l.source = '" + source.replace("'", "''") + "'"
+    only = "" if source is None else f" AND l.source = {sql_literal(source)}"
     own = "t.resolved, t.reward, t.outcome_source" if source is None else "NULL, NULL, NULL"
     fallback = own.split(", ")
     return f"""
@@ -188,10 +188,6 @@ def views_named_in(query: str) -> set[str]:
     return words & (set(TABLES) | set(DERIVED_VIEWS))
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def sandboxed_database(
     lake_root: str | None, limits: QueryLimits | None = None
 ) -> duckdb.DuckDBPyConnection:
@@ -201,7 +197,7 @@ def sandboxed_database(
     db = duckdb.connect()
     apply_limits(db, lake_root, limits or QueryLimits.default())
     if lake_root is not None:
-        db.execute(f"SET allowed_directories=[{_quote(lake_root.rstrip('/') + '/')}]")
+        db.execute(f"SET allowed_directories=[{sql_literal(lake_root.rstrip('/') + '/')}]")
     db.execute("SET enable_external_access=false")
     db.execute("SET lock_configuration=true")
     return db
@@ -218,7 +214,7 @@ def _table_source(lake: Lake, table: str, version: int) -> str | None:
     files = [f.removeprefix("file://") for f in lake.tables_store.files(table, version)]
     if not files:
         return None
-    return "read_parquet([" + ", ".join(_quote(f) for f in files) + "])"
+    return "read_parquet([" + ", ".join(sql_literal(f) for f in files) + "])"
 
 
 class ViewCatalog:

@@ -328,10 +328,6 @@ def split_tasks(task_ids: Iterable[str], *, test_fraction: float = 0.5, seed: in
     return TaskSplit(seed, test_fraction, tuple(sorted(ids[n_test:])), tuple(sorted(ids[:n_test])))
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 @dataclass
 class _Joined:
     """The run's turns matched with truth, flattened."""
@@ -388,8 +384,9 @@ def _run_rows(
     column = "credit" if signal == "broadcast" else signal
     rows = lake.sql(
         f"SELECT trajectory_id, turn, value_before, value_after, {column} AS signal "
-        f"FROM credits WHERE run_name = {_quote(run_name)} AND thread = {_quote(thread)} "
+        "FROM credits WHERE run_name = ? AND thread = ? "
         "ORDER BY trajectory_id, turn",
+        [run_name, thread],
         at=at,
     ).to_dicts()
     if not rows:

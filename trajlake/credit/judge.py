@@ -307,12 +307,12 @@ class JudgeValues:
         """Stored successful response bodies by cache key, oldest first."""
         if not keys:
             return {}
-        in_list = ", ".join(f"'{k}'" for k in sorted(keys))  # hex digests: safe to inline
         rows = self.lake.sql(
             "SELECT json_extract_string(attrs, '$.cache_key') AS key, response FROM calls "
-            f"WHERE json_extract_string(attrs, '$.purpose') = '{PURPOSE}' "
-            f"AND json_extract_string(attrs, '$.cache_key') IN ({in_list}) "
-            "AND status_code = 200 ORDER BY started_at, call_id"
+            "WHERE json_extract_string(attrs, '$.purpose') = $purpose "
+            "AND json_extract_string(attrs, '$.cache_key') IN (SELECT unnest($keys::VARCHAR[])) "
+            "AND status_code = 200 ORDER BY started_at, call_id",
+            {"purpose": PURPOSE, "keys": sorted(keys)},
         ).to_dicts()
         out: dict[str, list[Any]] = {}
         for row in rows:
@@ -325,11 +325,11 @@ class JudgeValues:
         if not todo:
             return {}
         unique = sorted({t.trajectory_id for t in todo})
-        ids = ", ".join("'" + tid.replace("'", "''") + "'" for tid in unique)
         rows = self.lake.sql(
             "SELECT trajectory_id, thread, idx, turn, role, content FROM messages "
-            f"WHERE trajectory_id IN ({ids}) AND role IN ('user', 'tool') "
+            "WHERE trajectory_id IN (SELECT unnest(?::VARCHAR[])) AND role IN ('user', 'tool') "
             "AND NOT is_copied_context ORDER BY trajectory_id, thread, idx",
+            [unique],
             at=self.at,
         ).to_dicts()
         tasks: dict[tuple[str, str], str] = {}

@@ -85,10 +85,6 @@ class CreditRunReport:
 _UNRECORDED = frozenset({"lake", "api_key"})
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
@@ -464,8 +460,8 @@ def _stored_run_matches(
     lake: Lake, run_name: str, estimator: str, params: dict[str, Any], snap: int
 ) -> bool:
     stored = lake.sql(
-        "SELECT DISTINCT estimator, params, source_snapshot FROM credits "
-        f"WHERE run_name = {_quote(run_name)}"
+        "SELECT DISTINCT estimator, params, source_snapshot FROM credits WHERE run_name = ?",
+        [run_name],
     ).to_dicts()
     if not stored:
         return False
@@ -506,8 +502,9 @@ def diagnostics(lake: Lake, run_name: str, *, at: SnapshotRef = None) -> dict[st
     """
     rows = lake.sql(
         "SELECT trajectory_id, thread, turn, value_before, value_after, mask, segment_id, "
-        f"source_snapshot FROM credits WHERE run_name = {_quote(run_name)} "
+        "source_snapshot FROM credits WHERE run_name = ? "
         "ORDER BY trajectory_id, thread, turn",
+        [run_name],
         at=at,
     ).to_dicts()
     if not rows:

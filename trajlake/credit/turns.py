@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trajlake._query_views import DERIVED_VIEWS, VIEW_TABLES
+from trajlake._query_where import where_ids
 from trajlake.credit._types import TrajectoryTurns, Turn
 
 if TYPE_CHECKING:
@@ -21,10 +22,6 @@ TURNS_VIEW_TABLES: set[str] = VIEW_TABLES["turns"]
 """Tables the `turns` view reads."""
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def outcome_value(resolved: bool | None, reward: float | None) -> float | None:
     """A trajectory's outcome as a number: resolved → 1.0/0.0, else the reward, else None."""
     if resolved is not None:
@@ -35,14 +32,11 @@ def outcome_value(resolved: bool | None, reward: float | None) -> float | None:
 
 
 def turns_query(*, where: str | None = None, thread: str | None = "main") -> str:
-    """SQL giving the `turns` rows (with task id and outcome) of the selected trajectories."""
-    conditions = ["TRUE"]
+    """SQL giving the `turns` rows (with task id and outcome) of the selected trajectories;
+    with a thread, run it with the parameters `{"thread": thread}` (bound as `$thread`)."""
+    conditions = [where_ids(where, "tu.trajectory_id")]
     if thread is not None:
-        conditions.append(f"tu.thread = {_quote(thread)}")
-    if where:
-        conditions.append(
-            f"tu.trajectory_id IN (SELECT trajectory_id FROM trajectories WHERE ({where}))"
-        )
+        conditions.append("tu.thread = $thread")
     return f"""
         WITH tu AS ({TURNS_VIEW_SQL})
         SELECT tu.*, oc.task_id, oc.resolved, oc.reward
@@ -71,7 +65,8 @@ def load_turns(
         One `TrajectoryTurns` per (trajectory, thread), ordered by id then thread; the outcome
         comes from the `outcomes` view (labels beat what the rollout recorded).
     """
-    rows = lake.sql(turns_query(where=where, thread=thread), at=at).to_dicts()
+    params = None if thread is None else {"thread": thread}
+    rows = lake.sql(turns_query(where=where, thread=thread), params, at=at).to_dicts()
     return group_turns(rows)
 
 

@@ -170,12 +170,12 @@ def sample_curves(
         picked += rows[:per_outcome]
     if not picked:
         return []
-    ids = ", ".join("'" + str(t["trajectory_id"]).replace("'", "''") + "'" for t in picked)
-    runs = ", ".join(f"'{r}'" for r in CURVE_RUNS.values())
     values_rows = lake.sql(
         "SELECT run_name, trajectory_id, value_before, value_after FROM credits "
-        f"WHERE run_name IN ({runs}) AND trajectory_id IN ({ids}) AND thread = 'main' "
-        "ORDER BY run_name, trajectory_id, turn"
+        "WHERE run_name IN (SELECT unnest($runs::VARCHAR[])) "
+        "AND trajectory_id IN (SELECT unnest($ids::VARCHAR[])) AND thread = 'main' "
+        "ORDER BY run_name, trajectory_id, turn",
+        {"runs": list(CURVE_RUNS.values()), "ids": [str(t["trajectory_id"]) for t in picked]},
     ).rows()
     stored: dict[tuple[str, str], list[float]] = {}
     for run, tid, before, after in values_rows:

@@ -210,8 +210,7 @@ def _export_id(lake: Lake, folder: str | None) -> str | None:
     """The `exports` row of an SFT export folder (None without an export)."""
     if folder is None:
         return None
-    quoted = folder.replace("'", "''")
-    rows = lake.sql(f"SELECT export_id FROM exports WHERE uri = '{quoted}'").rows()
+    rows = lake.sql("SELECT export_id FROM exports WHERE uri = ?", [folder]).rows()
     return str(rows[0][0]) if rows else None
 
 
