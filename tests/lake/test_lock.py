@@ -134,6 +134,71 @@ def test_local_sigkilled_holder_releases(tmp_path: Path) -> None:
             holder.stdout.close()
 
 
+# Where there is no fcntl (Windows), `import trajlake` must still work and local commits lock
+# through filelock. The lock is exercised with trajlake's fcntl switched off after import (so
+# filelock itself still uses the OS lock, as it does with msvcrt on Windows).
+_NO_FCNTL = "import trajlake.lake._lock as _lock\n_lock.fcntl = None\n"
+
+
+def test_import_without_fcntl_works() -> None:
+    script = (
+        "import sys\nsys.modules['fcntl'] = None\nimport trajlake\n"
+        "from trajlake.lake import _lock\nprint(_lock.fcntl is None)"
+    )
+    child = _python(script)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 0
+    assert out.strip() == "True"
+
+
+def test_local_without_fcntl_two_processes_serialize(tmp_path: Path) -> None:
+    root = str(tmp_path / "lake")
+    os.makedirs(root)
+    counter = Path(root, "counter")
+    counter.write_text("0")
+    procs = [_python(_NO_FCNTL + _COUNTER_WORKER, root, "40", "2", "{}") for _ in "ab"]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        Path(root, "counter.go").touch()
+        for p in procs:
+            assert p.wait(timeout=60) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+    assert counter.read_text() == "160"
+
+
+def test_local_without_fcntl_times_out_and_reenters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trajlake.lake import _lock
+
+    monkeypatch.setattr(_lock, "fcntl", None)
+    holder = _python(_NO_FCNTL + _HOLDER, str(tmp_path))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with (
+            pytest.raises(LockTimeout, match="held elsewhere"),
+            commit_lock(str(tmp_path), timeout_s=0.2),
+        ):
+            pass
+        holder.kill()
+        holder.wait(timeout=10)
+        with commit_lock(str(tmp_path), timeout_s=5), commit_lock(str(tmp_path), timeout_s=0.1):
+            pass  # the OS released the killed holder's lock; nesting re-enters
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
 def test_local_threads_serialize_and_nesting_is_reentrant(tmp_path: Path) -> None:
     state = {"value": 0}
 

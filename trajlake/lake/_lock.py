@@ -1,12 +1,14 @@
 """Cross-process commit lock of a lake: ``flock`` for local roots, a renewed lease object on S3.
 
+Where ``fcntl`` does not exist (Windows) local roots use ``filelock`` instead (``msvcrt``
+locking, also released by the OS when the holder dies), so ``import trajlake`` works there.
+
 Usage: ``with commit_lock(root, storage_options): ...`` serializes lake commits.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -20,6 +22,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from trajlake.errors import LockTimeout, UnsupportedStorage, missing_extra
+
+try:
+    import fcntl
+except ImportError:  # Windows: _PortableLock below
+    fcntl = None  # type: ignore[assignment]
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +78,11 @@ def commit_lock(
     a crashed holder blocks others for at most ``lease_s`` (assumes roughly synced clocks).
     """
     scheme = urlparse(root).scheme.lower() if "://" in root else ""
-    backend: _Flock | _S3Lease
+    backend: _Flock | _PortableLock | _S3Lease
     if scheme in ("", "file"):
         path = urlparse(root).path if scheme else root
-        backend = _Flock(os.path.join(os.path.abspath(path), *LOCK_NAME.split("/")))
+        lock_path = os.path.join(os.path.abspath(path), *LOCK_NAME.split("/"))
+        backend = _Flock(lock_path) if fcntl is not None else _PortableLock(lock_path)
     elif scheme in ("s3", "s3a"):
         if lease_s <= 0:
             raise ValueError(f"lease_s must be positive, got {lease_s}")
@@ -88,7 +96,7 @@ def commit_lock(
 
 
 @contextlib.contextmanager
-def _held(backend: _Flock | _S3Lease, timeout_s: float) -> Iterator[None]:
+def _held(backend: _Flock | _PortableLock | _S3Lease, timeout_s: float) -> Iterator[None]:
     deadline = time.monotonic() + timeout_s
     with _holders_guard:
         holder = _holders.setdefault(backend.ident, _Holder())
@@ -156,6 +164,32 @@ class _Flock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
         self._fd = -1
+
+
+class _PortableLock:
+    """`filelock` on a local file, where there is no `flock` (Windows); also released by the
+    OS when the holder dies."""
+
+    def __init__(self, path: str) -> None:
+        self.ident = path
+        self._lock: Any = None
+
+    def acquire(self, deadline: float) -> bool:
+        import filelock
+
+        os.makedirs(os.path.dirname(self.ident), exist_ok=True)
+        lock = filelock.FileLock(self.ident, thread_local=False)
+        try:
+            lock.acquire(timeout=max(0.0, deadline - time.monotonic()), poll_interval=0.01)
+        except filelock.Timeout:
+            return False
+        self._lock = lock
+        return True
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 def _status(exc: BaseException) -> int:
