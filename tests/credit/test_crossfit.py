@@ -14,26 +14,13 @@ from click.testing import CliRunner
 
 import trajlake as tl
 from tests.credit._corpus import CORPUS, ingest_labelled_corpus
+from tests.credit._turns import traj
 from trajlake.cli.credit_cmd import credit
-from trajlake.credit import CrossFitTextValues, TrajectoryTurns, Turn, load_turns, value_source
-from trajlake.credit._text_features import Observation
+from trajlake.credit import CrossFitTextValues, TrajectoryTurns, load_turns, value_source
 from trajlake.credit.crossfit import lambda_targets
 from trajlake.credit.evaluate import evaluate_credit
 from trajlake.errors import TrajlakeError
 from trajlake.synth import SynthConfig, generate
-
-
-def traj(
-    tid: str, task: str | None, outcome: float | None, observations: list[str], obs: dict
-) -> TrajectoryTurns:
-    """A trajectory of `run_tests` turns whose observations are the given texts."""
-    t = TrajectoryTurns(tid, task, outcome)
-    for u, text in enumerate(observations):
-        t.turns.append(
-            Turn(tid, "main", u, 'run_tests({"command": "pytest"})', ("run_tests",), False, None)
-        )
-        obs[(tid, "main", u)] = Observation(text, False)
-    return t
 
 
 def test_lambda_targets_by_hand() -> None:

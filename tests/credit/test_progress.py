@@ -15,27 +15,14 @@ from click.testing import CliRunner
 
 import trajlake as tl
 from tests.credit._corpus import CORPUS, ingest_labelled_corpus
+from tests.credit._turns import traj
 from trajlake.cli.credit_cmd import credit
-from trajlake.credit import TrajectoryTurns, Turn, load_turns, value_source
+from trajlake.credit import TrajectoryTurns, load_turns, value_source
 from trajlake.credit._sparse_logit import N_SCALARS, PrefixDesign
-from trajlake.credit._text_features import Observation
 from trajlake.credit.evaluate import evaluate_credit
 from trajlake.credit.progress import ProgressValues, endpoints, fit_ridge, turn_design
 from trajlake.errors import TrajlakeError
 from trajlake.synth import SynthConfig, generate
-
-
-def traj(
-    tid: str, task: str | None, outcome: float | None, observations: list[str], obs: dict
-) -> TrajectoryTurns:
-    """A trajectory of identical `run_tests` turns whose observations are the given texts."""
-    t = TrajectoryTurns(tid, task, outcome)
-    for u, text in enumerate(observations):
-        t.turns.append(
-            Turn(tid, "main", u, 'run_tests({"command": "pytest"})', ("run_tests",), False, None)
-        )
-        obs[(tid, "main", u)] = Observation(text, False)
-    return t
 
 
 def _hand_design() -> PrefixDesign:

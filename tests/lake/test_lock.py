@@ -82,9 +82,12 @@ def _python(script: str, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def _run_counter_workers(root: str, options: dict[str, str], go: Any, n: int, threads: int) -> None:
+def _run_counter_workers(
+    root: str, options: dict[str, str], go: Any, n: int, threads: int, prelude: str = ""
+) -> None:
     procs = [
-        _python(_COUNTER_WORKER, root, str(n), str(threads), json.dumps(options)) for _ in "ab"
+        _python(prelude + _COUNTER_WORKER, root, str(n), str(threads), json.dumps(options))
+        for _ in "ab"
     ]
     try:
         for p in procs:
@@ -156,20 +159,8 @@ def test_local_without_fcntl_two_processes_serialize(tmp_path: Path) -> None:
     os.makedirs(root)
     counter = Path(root, "counter")
     counter.write_text("0")
-    procs = [_python(_NO_FCNTL + _COUNTER_WORKER, root, "40", "2", "{}") for _ in "ab"]
-    try:
-        for p in procs:
-            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        Path(root, "counter.go").touch()
-        for p in procs:
-            assert p.wait(timeout=60) == 0
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            if p.stdout is not None:
-                p.stdout.close()
+    go = Path(root, "counter.go").touch
+    _run_counter_workers(root, {}, go, n=40, threads=2, prelude=_NO_FCNTL)
     assert counter.read_text() == "160"
 
 
