@@ -83,7 +83,7 @@ def _tiny_model(directory: Path, texts: list[str]) -> None:
 def _http_latency(reranker: Any, candidates: list[Any], repeats: int) -> list[float]:
     import requests
 
-    from trajlake.value.serve import serve_in_background
+    from trajlake.serve import serve_in_background
 
     with serve_in_background(reranker) as base, requests.Session() as session:
         url = f"{base}/v1/rerank"
@@ -111,7 +111,7 @@ def _messages(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def cpu(args: argparse.Namespace) -> None:
-    from trajlake.rerank import Reranker
+    from trajlake.serve import Reranker
 
     rows = generate(SynthConfig(seed=0, n_tasks=16, rollouts_per_task=args.candidates)).trajectories
     candidates = [{"messages": _messages(r), "final_output": r.get("final_output")} for r in rows]

@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from trajlake.ingest._secret_patterns import FAMILY
-from trajlake.ingest.redact import Redactor
+from trajlake.redact import FAMILY, Redactor
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "redaction"
 POSITIVES = DATA / "fresh_holdout.jsonl"

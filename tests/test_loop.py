@@ -1,7 +1,7 @@
 """`trajlake demo --quick`: the generation loop end to end, and its report checked against the
 lake — success rates against SQL over `outcomes`, lineage attrs, tags, the `models` and
 `credits` tables, the SFT exports, the cloned policy's exact success, the PNG plots and
-`trajlake lineage`."""
+`trajlake lineage`; and the same loop on an install without torch (the feature baseline)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from click.testing import CliRunner
 
 import trajlake as tl
 from trajlake.cli.main import cli
-from trajlake.errors import UnsupportedStorage
+from trajlake.errors import MissingExtra, UnsupportedStorage
 from trajlake.loop import (
     QUICK_SIZES,
+    choose_value_model,
     mean_interval,
     parse_seeds,
     run_loop,
@@ -27,9 +28,6 @@ from trajlake.loop import (
 )
 from trajlake.loop._steps import GEN1_VARIANT, VARIANTS
 from trajlake.synth import PolicyParams, SynthConfig, exact_success
-
-pytest.importorskip("torch")
-pytest.importorskip("matplotlib")
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -39,6 +37,7 @@ JOIN = "FROM outcomes o JOIN trajectories t USING (trajectory_id)"
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One quick demo run through the CLI (text output); its report.json and lake."""
+    pytest.importorskip("torch")  # with torch and transformers, the transformer value model
     lake_dir = tmp_path_factory.mktemp("loop") / "lake"
     start = time.perf_counter()
     result = CliRunner().invoke(cli, ["demo", "--lake", str(lake_dir), "--quick"])
@@ -173,6 +172,7 @@ def test_models_and_credit_runs_are_in_the_lake(demo: dict[str, Any]) -> None:
     }
     kept = {r[0]: r[3] for r in runs}
     assert {r["run_name"]: r["kept_turns"] for r in report["credit_runs"]} == kept
+    assert report["value_model"]["kind"] == "transformer"
     assert Path(report["value_model"]["directory"], "model.safetensors").is_file()
 
 
@@ -226,6 +226,7 @@ def test_plots_are_png_files(demo: dict[str, Any]) -> None:
 
 def test_text_report_shows_steps_and_tables(demo: dict[str, Any]) -> None:
     text = demo["text"]
+    assert text.startswith("value model: tiny transformer — torch and transformers are installed")
     for expected in (
         "train value model",
         "success per generation and method",
@@ -297,25 +298,50 @@ def test_the_demo_needs_a_local_lake() -> None:
         run_loop("s3://bucket/lake", quick=True)
 
 
-def test_without_the_train_extra_the_demo_says_what_to_install(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def _hide_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
-    result = CliRunner().invoke(cli, ["demo", "--lake", str(tmp_path / "lake"), "--quick"])
+
+
+def test_without_torch_the_loop_chooses_the_feature_baseline_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _hide_torch(monkeypatch)
+    choice = choose_value_model()
+    assert choice.kind == "baseline"
+    assert choice.describe() == (
+        "value model: feature baseline (CPU) — torch is not installed; "
+        "pip install 'trajlake[train]' for the transformer value model"
+    )
+    assert choose_value_model("baseline").kind == "baseline"
+    recipe = choice.recipe(epochs=1, max_tokens=128)  # the budget is the transformer's
+    assert recipe.kind == "baseline" and recipe.name == "feature-baseline"
+    with pytest.raises(ValueError, match="expected one of auto, transformer, baseline"):
+        choose_value_model("bert")
+
+
+def test_asking_for_the_transformer_without_torch_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _hide_torch(monkeypatch)
+    with pytest.raises(MissingExtra, match=r"pip install 'trajlake\[train\]'"):
+        choose_value_model("transformer")
+    args = ["demo", "--lake", str(tmp_path / "lake"), "--quick", "--value-model", "transformer"]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1
     assert "pip install 'trajlake[train]'" in result.output
     assert not (tmp_path / "lake").exists()  # nothing was created
 
 
-def test_embedded_recipe_is_models_tiny_yaml() -> None:
-    from trajlake.loop._steps import _TINY_RECIPE
+def test_embedded_recipes_are_models_tiny_and_baseline_yaml() -> None:
+    from trajlake.loop._steps import _BASELINE_RECIPE, _TINY_RECIPE
 
     assert yaml.safe_load((MODELS / "tiny.yaml").read_text()) == _TINY_RECIPE
+    assert yaml.safe_load((MODELS / "baseline.yaml").read_text()) == _BASELINE_RECIPE
 
 
 def test_the_embedded_recipe_is_used_without_the_models_folder(
@@ -325,20 +351,25 @@ def test_the_embedded_recipe_is_used_without_the_models_folder(
 
     overrides = {"train.epochs": 1, "serializer.max_tokens": 256}
     from_file = _steps.tiny_recipe(overrides)
+    baseline = _steps.baseline_recipe()
     monkeypatch.setattr(_steps, "TINY_RECIPE_FILE", tmp_path / "missing.yaml")
+    monkeypatch.setattr(_steps, "BASELINE_RECIPE_FILE", tmp_path / "missing.yaml")
     embedded = _steps.tiny_recipe(overrides)
     assert embedded == from_file and embedded.fingerprint() == from_file.fingerprint()
     assert embedded.train.epochs == 1 and embedded.serializer.max_tokens == 256
+    assert _steps.baseline_recipe().fingerprint() == baseline.fingerprint()
 
 
 def test_json_output_with_seed_and_out(tmp_path: Path) -> None:
     out = tmp_path / "report"
     args = ["demo", "--lake", str(tmp_path / "lake"), "--quick", "--seed", "1", "--out", str(out)]
-    result = CliRunner().invoke(cli, [*args, "--output", "json"])
+    # The feature baseline: the options under test do not depend on the value model (≈ 10 s).
+    result = CliRunner().invoke(cli, [*args, "--value-model", "baseline", "--output", "json"])
     assert result.exit_code == 0, result.output
-    printed = json.loads(result.output)
+    printed = json.loads(result.output)  # nothing but the report: no "value model:" line
     assert printed == json.loads((out / "report.json").read_text())
     assert printed["seed"] == 1 and printed["out"] == str(out)
+    assert printed["value_model"]["kind"] == "baseline"
     assert all(Path(p).parent == out for p in printed["plots"].values())
     ids = tl.open_lake(tmp_path / "lake").sql("SELECT trajectory_id FROM trajectories").rows()
     assert ids and all(i[0].startswith("synth-s1-") for i in ids)
@@ -409,7 +440,7 @@ def test_gains_over_rejection_sampling_are_paired_by_seed() -> None:
 TINY_SIZES = QUICK_SIZES.__class__(20, 4, 6, 3, epochs=1, max_tokens=128)
 
 
-@pytest.mark.slow  # two small loop runs: ≈ 17 s on 2 cores (load ≈ 2)
+@pytest.mark.long  # two small loop runs: ≈ 8 s on 2 cores
 def test_two_seeds_end_to_end_summarise_their_own_reports(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -417,12 +448,15 @@ def test_two_seeds_end_to_end_summarise_their_own_reports(
 
     monkeypatch.setattr(_run, "QUICK_SIZES", TINY_SIZES)  # the loop's steps, on fewer tasks
     root = tmp_path / "seeds"
-    result = CliRunner().invoke(cli, ["demo", "--lake", str(root), "--quick", "--seeds", "0-1"])
+    # The feature baseline: what is summarised over seeds does not depend on the value model.
+    args = ["demo", "--lake", str(root), "--quick", "--seeds", "0-1", "--value-model", "baseline"]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert "gain over rejection sampling, paired [95% CI]" in result.output
     assert "— used for gen-1" in result.output
     summary = json.loads((root / "seeds-report.json").read_text())
     assert summary["seeds"] == [0, 1] and summary["gen1_variant"] == GEN1_VARIANT
+    assert summary["value_model"] == "baseline"
     reports = [
         json.loads((root / f"seed-{s}" / "demo-report" / "report.json").read_text()) for s in (0, 1)
     ]

@@ -11,17 +11,15 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trajlake.api import Lake, init_lake, open_lake
     from trajlake.errors import TrajlakeError
     from trajlake.lake import (
         BufferedWriter,
         CommitResult,
-        Lake,
         MaintenanceReport,
         Snapshot,
         Tag,
         ValidationReport,
-        init_lake,
-        open_lake,
     )
     from trajlake.query import QueryResult, QuerySession
     from trajlake.schema import (
@@ -42,17 +40,17 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 # would otherwise pay for the lake layer (delta-rs, DuckDB, pandas) in every process.
 _LAZY = {
     "TrajlakeError": "trajlake.errors",
+    # The user-facing Lake composes storage, query, ingest and export (`trajlake.api`);
+    # `trajlake.lake` is the storage alone.
+    **dict.fromkeys(["Lake", "init_lake", "open_lake"], "trajlake.api"),
     **dict.fromkeys(
         [
             "BufferedWriter",
             "CommitResult",
-            "Lake",
             "MaintenanceReport",
             "Snapshot",
             "Tag",
             "ValidationReport",
-            "init_lake",
-            "open_lake",
         ],
         "trajlake.lake",
     ),

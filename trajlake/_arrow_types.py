@@ -1,4 +1,10 @@
-"""Derive Arrow schemas from the pydantic record types, so field lists exist exactly once."""
+"""Derive Arrow schemas from the pydantic record types, so field lists exist exactly once.
+
+`schema.py` declares each record as a pydantic model; each field's Arrow type follows from its
+annotation here, with two markers for what an annotation cannot say (`JsonColumn`, `BinaryColumn`).
+`dump_json` is the one serialiser of JSON columns: compact and deterministic, and on the ingest hot
+path, hence orjson with a fall-back to `json` wherever the two would write different text.
+"""
 
 from __future__ import annotations
 

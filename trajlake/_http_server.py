@@ -1,6 +1,10 @@
 """Running an aiohttp application until asked to stop: shared by `trajlake serve` and the
 recording proxy (bind checks, SIGTERM, stopping from another thread, the `ServerLimits` of
-`trajlake._http_limits` on every connection and request). aiohttp is imported lazily."""
+`trajlake._http_limits` on every connection and request).
+
+aiohttp is imported lazily because it is an optional extra (`serve`, `proxy`): importing this module
+must not need it. Both servers use this one loop so they refuse, time out and shut down alike.
+"""
 
 from __future__ import annotations
 

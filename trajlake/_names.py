@@ -1,6 +1,11 @@
 """Names and paths that come from users or data: one check for every name that becomes a file or
 folder (tags, model ids, recipe and policy names), the refusal of outputs inside a lake, and
-injective file names for trajectory ids."""
+injective file names for trajectory ids.
+
+A core module (it imports only `errors`) because the lake, export, value training and the CLI all
+turn names into paths and must apply the same rule. Ids from data are never refused; they are mapped
+to file names that no other id can take, even on case-insensitive file systems.
+"""
 
 from __future__ import annotations
 

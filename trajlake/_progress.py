@@ -1,4 +1,8 @@
-"""Progress reporting as an injected protocol: the library never draws; the CLI may."""
+"""Progress reporting as an injected protocol: the library never draws; the CLI may.
+
+Long operations (ingest, export, training) take a `Progress` and default to `NullProgress`, so the
+library has no dependency on a terminal or on rich; `trajlake.cli.progress` supplies the bars.
+"""
 
 from __future__ import annotations
 

@@ -20,6 +20,9 @@ def run_demo(
     seed: int = 0,
     out: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
+    value_model: str = "auto",
 ) -> LoopReport:
     """Run the generation loop in a new local lake (see `trajlake.loop.run_loop`)."""
-    return run_loop(lake_path, quick=quick, seed=seed, out=out, progress=progress)
+    return run_loop(
+        lake_path, quick=quick, seed=seed, out=out, progress=progress, value_model=value_model
+    )

@@ -1,4 +1,10 @@
-"""The whole trajlake exception tree: every error about data, lake state or environment."""
+"""The whole trajlake exception tree: every error about data, lake state or environment.
+
+One flat module below everything, so any layer can raise and any caller can catch without importing
+the layer that raised. Everything derives from `TrajlakeError`, which the CLI reports as one line
+(exit 1); bad arguments stay `ValueError`/`TypeError`, and the two errors that are both
+(`UnsafeName`, `OutputInsideLake`) subclass both. Messages say what to do, not only what failed.
+"""
 
 from __future__ import annotations
 
@@ -37,6 +43,10 @@ class LockTimeout(TrajlakeError):
 
 class CommitConflict(TrajlakeError):
     """A commit could not be completed after retrying concurrent-writer conflicts."""
+
+
+class UnsupportedTableFeature(TrajlakeError):
+    """A lake table uses a Delta protocol feature trajlake's commit writer does not implement."""
 
 
 class NoSuchSnapshot(TrajlakeError):

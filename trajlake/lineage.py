@@ -6,6 +6,10 @@ Conventions: a harness records that a rollout was produced by a model by setting
 `policy_model` to the model's `name` or `model_id`, or `attrs.lineage.policy_model_id` to its id;
 and that it was selected (reranked, filtered) with a value model by `attrs.lineage.value_model_id`.
 A model trained on an SFT export says so with `config.export_id` in its `models` row.
+
+Nothing is stored: the graph is computed from the tables and the snapshot log each time it is
+read, so it always matches the snapshot it is read at and needs no upkeep when harnesses, credit
+or training add rows. It reads the log and tags through the store and the tables through SQL.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from trajlake.errors import NoSuchSnapshot
+from trajlake.query import sql
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
     from trajlake.lake._log import Snapshot
 
 log = logging.getLogger(__name__)
@@ -107,14 +112,17 @@ def _gen_id(key: GenKey, run_mode: bool) -> str:
     return f"generation:?:{key}" if run_mode else f"generation:{key}"
 
 
-def _counts(lake: Lake, snapshot_id: int, run_mode: bool) -> dict[GenKey, int]:
+def _counts(lake: LakeStore, snapshot_id: int, run_mode: bool) -> dict[GenKey, int]:
+    # Only one of two fixed column names is formatted into the query, never a value.
     column = "run_id" if run_mode else "generation"
     where = "" if run_mode else "WHERE generation IS NOT NULL"
     query = f"SELECT {column} AS g, count(*) AS n FROM trajectories {where} GROUP BY 1"
-    return {g: int(n) for g, n in lake.sql(query, at=snapshot_id).rows()}
+    return {g: int(n) for g, n in sql(lake, query, at=snapshot_id).rows()}
 
 
-def _additions(lake: Lake, head: Snapshot, run_mode: bool) -> dict[GenKey, list[tuple[int, int]]]:
+def _additions(
+    lake: LakeStore, head: Snapshot, run_mode: bool
+) -> dict[GenKey, list[tuple[int, int]]]:
     """Per generation, the snapshots (up to `head`) where its trajectory count grew, and by how
     much: one count query per distinct version of the trajectories table."""
     added: dict[GenKey, list[tuple[int, int]]] = defaultdict(list)
@@ -139,7 +147,7 @@ def _additions(lake: Lake, head: Snapshot, run_mode: bool) -> dict[GenKey, list[
 
 
 def _add_generations(
-    graph: _Graph, lake: Lake, head: Snapshot, run_mode: bool
+    graph: _Graph, lake: LakeStore, head: Snapshot, run_mode: bool
 ) -> dict[int, list[str]]:
     """Generation nodes and their `added in` edges; returns generation ids per snapshot id."""
     totals = _counts(lake, head.snapshot_id, run_mode)
@@ -161,8 +169,9 @@ def _add_generations(
     return dict(by_snapshot)
 
 
-def _models(lake: Lake, at: int) -> list[dict[str, Any]]:
-    return lake.sql(
+def _models(lake: LakeStore, at: int) -> list[dict[str, Any]]:
+    return sql(
+        lake,
         "SELECT model_id, name, kind, base_model, training_snapshot, training_tag, "
         "parent_model_id, json_extract_string(config, '$.export_id') AS export_id "
         "FROM models ORDER BY created_at NULLS FIRST, model_id",
@@ -170,8 +179,9 @@ def _models(lake: Lake, at: int) -> list[dict[str, Any]]:
     ).to_dicts()
 
 
-def _credit_runs(lake: Lake, at: int) -> list[dict[str, Any]]:
-    return lake.sql(
+def _credit_runs(lake: LakeStore, at: int) -> list[dict[str, Any]]:
+    return sql(
+        lake,
         "SELECT run_name, any_value(estimator) AS estimator, "
         "any_value(source_snapshot) AS source_snapshot, "
         "count(DISTINCT trajectory_id) AS trajectories FROM credits "
@@ -180,8 +190,9 @@ def _credit_runs(lake: Lake, at: int) -> list[dict[str, Any]]:
     ).to_dicts()
 
 
-def _exports(lake: Lake, at: int) -> list[dict[str, Any]]:
-    return lake.sql(
+def _exports(lake: LakeStore, at: int) -> list[dict[str, Any]]:
+    return sql(
+        lake,
         "SELECT export_id, format, source_snapshot, source_tags, credit_run, mask, uri, counts "
         "FROM exports ORDER BY created_at NULLS FIRST, export_id",
         at=at,
@@ -212,9 +223,9 @@ FROM uses GROUP BY model_id, g ORDER BY model_id, g NULLS LAST
 """
 
 
-def _uses(lake: Lake, at: int, run_mode: bool) -> list[dict[str, Any]]:
+def _uses(lake: LakeStore, at: int, run_mode: bool) -> list[dict[str, Any]]:
     key = "run_id" if run_mode else "generation"
-    return lake.sql(_USES_SQL.format(key=key), at=at).to_dicts()
+    return sql(lake, _USES_SQL.format(key=key), at=at).to_dicts()
 
 
 # --------------------------------------------------------------------------- building the graph
@@ -233,7 +244,7 @@ def _snapshot_node(graph: _Graph, snap: Snapshot) -> str:
 
 
 def _link_snapshots(
-    graph: _Graph, lake: Lake, wanted: set[int], by_snapshot: dict[int, list[str]]
+    graph: _Graph, lake: LakeStore, wanted: set[int], by_snapshot: dict[int, list[str]]
 ) -> None:
     """Snapshot nodes; each is linked from the generations added there or, failing that, from
     the newest generation it holds."""
@@ -330,7 +341,7 @@ def _add_uses(graph: _Graph, uses: list[dict[str, Any]], run_mode: bool) -> None
             graph.link(node, gen, "part of")
 
 
-def lineage(lake: Lake, *, at: SnapshotRef = None) -> Lineage:
+def lineage(lake: LakeStore, *, at: SnapshotRef = None) -> Lineage:
     """The lineage graph of the lake read at one snapshot (default: the latest).
 
     Nodes: generations (in run mode, when no trajectory has a generation, one per run id,
@@ -346,7 +357,8 @@ def lineage(lake: Lake, *, at: SnapshotRef = None) -> Lineage:
     head = lake.snapshot(at)
     h = head.snapshot_id
     graph = _Graph()
-    gens, total = lake.sql("SELECT count(generation), count(*) FROM trajectories", at=h).rows()[0]
+    gens, total = sql(lake, "SELECT count(generation), count(*) FROM trajectories", at=h).rows()[0]
+    # Rollouts recorded without a generation still get a graph: their run ids stand in for it.
     run_mode = gens == 0 and total > 0
     by_snapshot = _add_generations(graph, lake, head, run_mode)
     tags = [t for t in lake.tags() if t.snapshot_id <= h]

@@ -18,6 +18,7 @@ import pyarrow as pa
 from pydantic_core import PydanticUndefined
 
 from trajlake._arrow_types import dump_json
+from trajlake.errors import InvalidRecord
 from trajlake.schema import (
     RECORD_TYPES,
     SORT_KEYS,
@@ -54,8 +55,7 @@ def _hash_items(items: Iterable[tuple[Any, Any, Any, Any, Any]]) -> str:
 
     Each message is hashed as the compact JSON list `[thread, role, content, reasoning,
     [[name, arguments], ...]]` with content and reasoning trimmed and arguments normalised,
-    one line each. orjson writes exactly what `json.dumps(ensure_ascii=False,
-    separators=(",", ":"))` writes for strings and lists, at a fraction of the cost.
+    one line each (`_item_json`).
     """
     digest = hashlib.sha256()
     for thread, role, content, reasoning, calls in items:
@@ -66,13 +66,29 @@ def _hash_items(items: Iterable[tuple[Any, Any, Any, Any, Any]]) -> str:
             (reasoning or "").strip(),
             [(name, normalise_json_text(arguments)) for name, arguments in calls],
         ]
-        digest.update(orjson.dumps(item))
+        digest.update(_item_json(item))
         digest.update(b"\n")
     return digest.hexdigest()
 
 
+def _item_json(item: list[Any]) -> bytes:
+    """The compact JSON bytes of one message's hash item.
+
+    orjson writes exactly what `json.dumps(ensure_ascii=False, separators=(",", ":"))` writes
+    for strings and lists, at a fraction of the cost. Text holding a lone UTF-16 surrogate (what
+    `json` makes of a `"\\ud800"` escape) is refused by orjson and by UTF-8 alike; it is written
+    by `json` with `surrogatepass`, which is deterministic, leaves every other hash as it was,
+    and collides with no valid text (no UTF-8 string encodes to a surrogate's bytes).
+    """
+    try:
+        return orjson.dumps(item)
+    except orjson.JSONEncodeError:
+        return _COMPACT_ENCODER.encode(item).encode("utf-8", "surrogatepass")
+
+
 # Built once: `json.dumps` with non-default options builds a new encoder on every call.
 _SORTED_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+_COMPACT_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 # A digit before `.`/`e`: a float (or a string holding one), where orjson's number format
@@ -230,7 +246,6 @@ def _row_keys_and_turns(
 def _row_hash(messages: list[dict[str, Any]]) -> str:
     """`content_hash` of row messages (the `_hash_items` definition, inlined for speed)."""
     digest = hashlib.sha256()
-    dumps = orjson.dumps
     for m in messages:
         calls = m.get("tool_calls")
         item = [
@@ -240,7 +255,7 @@ def _row_hash(messages: list[dict[str, Any]]) -> str:
             (m.get("reasoning") or "").strip(),
             [(c["name"], normalise_json_text(c.get("arguments"))) for c in calls] if calls else [],
         ]
-        digest.update(dumps(item))
+        digest.update(_item_json(item))
         digest.update(b"\n")
     return digest.hexdigest()
 
@@ -302,20 +317,39 @@ def rows_for_table(table: str, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     for f in schema:
         name = f.name
         default = defaults.get(name)
-        if name not in present:
-            constant = pa.nulls(n, f.type) if default is None else pa.array([default] * n, f.type)
-            columns.append(constant)
-        elif name in json_cols:
-            columns.append(pa.array([dump_json(r.get(name)) for r in rows], type=f.type))
-        elif default is not None:
-            columns.append(pa.array([r.get(name, default) for r in rows], type=f.type))
-        else:
-            columns.append(pa.array([r.get(name) for r in rows], type=f.type))
+        try:
+            if name not in present:
+                constant = (
+                    pa.nulls(n, f.type) if default is None else pa.array([default] * n, f.type)
+                )
+                columns.append(constant)
+            elif name in json_cols:
+                columns.append(pa.array([dump_json(r.get(name)) for r in rows], type=f.type))
+            elif default is not None:
+                columns.append(pa.array([r.get(name, default) for r in rows], type=f.type))
+            else:
+                columns.append(pa.array([r.get(name) for r in rows], type=f.type))
+        except UnicodeEncodeError as e:
+            raise _unstorable_text(table, name, rows, e) from e
     data = pa.Table.from_arrays(columns, schema=schema)
     sort_keys = SORT_KEYS.get(table)
     if sort_keys and data.num_rows > 1:
         data = data.sort_by([(k, "ascending") for k in sort_keys])
     return data
+
+
+def _unstorable_text(
+    table: str, name: str, rows: Sequence[Mapping[str, Any]], error: UnicodeEncodeError
+) -> InvalidRecord:
+    """The error for text UTF-8 cannot hold (a lone surrogate, from a `"\\ud800"` escape):
+    ingest quarantines such source lines; rows given to the lake directly are refused, named."""
+    bad = ascii(error.object[error.start : error.end])
+    row = next((r for r in rows if bad[1:-1] in ascii(r.get(name))), {})
+    where = f" of trajectory {row['trajectory_id']!r}" if row.get("trajectory_id") else ""
+    return InvalidRecord(
+        f"{table}.{name}{where} holds an unpaired UTF-16 surrogate ({bad}), which UTF-8 cannot "
+        "hold: repair or drop that text before writing it (ingest quarantines such lines)"
+    )
 
 
 def records_to_table(table: str, records: Sequence[Any]) -> pa.Table:

@@ -3,6 +3,8 @@
 Used by tests, benchmarks and the bundled quick-start data: a system prompt, an issue,
 then turns of reasoning + a tool call + a tool observation, with realistic text sizes, token
 counts, a final patch and an outcome. The same seed always gives the same records.
+Unlike `trajlake.synth` it has no hidden dynamics or ground truth: it is for realistic shapes and
+sizes (storage, ingest and export benchmarks), not for measuring credit.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def sample_trajectory(index: int, *, seed: int = 0, turns: int | None = None) ->
     harness, harness_version = _HARNESSES[index % len(_HARNESSES)]
     model = _MODELS[(index // 3) % len(_MODELS)]
     n_turns = turns if turns is not None else rng.randint(3, 24)
-    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=index)
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=index)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a software engineering agent. " + _text(rng, 60)},
         {"role": "user", "content": f"<issue>\n{_text(rng, rng.randint(60, 250))}\n</issue>"},

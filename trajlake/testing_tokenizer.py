@@ -5,6 +5,8 @@ realistic tool-calling chat templates: ChatML/Qwen-style and Llama-3-style witho
 `{% generation %}` markers (the case real Qwen/Llama templates present to assistant-mask code), and
 a Gemma-style one whose assistant turns are wrapped in `{% generation %}` … `{% endgeneration %}`
 (so `apply_chat_template(..., return_assistant_tokens_mask=True)` works on it).
+It ships in the package, not under tests/, because notebooks, benchmarks and users' own tests of
+tokenized export need a tokenizer that works offline; `tokenizers`/`transformers` load lazily.
 """
 
 from __future__ import annotations

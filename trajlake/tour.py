@@ -2,7 +2,8 @@
 
 It ingests the bundled sample rollouts, tags the snapshot, answers the questions people ask of
 their rollouts in SQL, time-travels to the tag, maintains and validates the lake, and returns
-every number it found (nothing here is precomputed).
+every number it found (nothing here is precomputed). It uses only the public `Lake` API, as a
+user's script would, so it doubles as a worked example.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from trajlake.api import open_lake
 from trajlake.errors import TagAlreadyExists
-from trajlake.lake import open_lake
 
 DEFAULT_TOUR_LAKE = "trajlake-tour"
 SAMPLE_FILE = "sample_rollouts.jsonl.gz"
@@ -64,7 +65,7 @@ def run_tour(lake_uri: str | os.PathLike[str] = DEFAULT_TOUR_LAKE) -> TourReport
     with contextlib.suppress(TagAlreadyExists):  # a re-run: the tag names the first ingest
         lake.tag(SAMPLE_TAG, at=ingest.snapshot_id, note="bundled sample rollouts")
     report = TourReport(lake=lake.uri, ingest=ingest.to_dict(), tag=SAMPLE_TAG)
-    with lake.query() as session:
+    with lake.query() as session:  # one pinned session: every answer reads the same snapshot
         for question, sql in QUESTIONS.items():
             report.answers[question] = session.sql(sql).to_dicts()
     # Time travel: later rollouts do not change what the tag shows.

@@ -21,7 +21,7 @@ from trajlake.cli.transcript import MAX_LINES, format_arguments
 
 
 def test_to_jsonable() -> None:
-    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     value = {"t": when, "b": b"\x00\xff", "x": math.nan, "n": [1, (2.5, None)], 3: "k"}
     assert to_jsonable(value) == {
         "t": "2026-01-02T03:04:05+00:00",

@@ -21,7 +21,7 @@ from trajlake.records import records_to_table
 from trajlake.schema import ModelRecord
 from trajlake.synth import SynthConfig, generate
 
-NOW = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 def _rollouts(seed: int, generation: int | None, **attrs: Any) -> list[dict[str, Any]]:

@@ -1,7 +1,9 @@
-"""A tiny OpenAI-compatible chat-completions stub on 127.0.0.1 for judge tests.
+"""A tiny OpenAI-compatible chat-completions stub on 127.0.0.1 for judge tests, and the setup
+the judge tests share (a judge pointed at it, the CLI options naming it).
 
 It answers deterministically from the prompt (the number of turns T it states), counts requests,
-and can be told to fail or to answer with garbage.
+and can be told to fail or to answer with garbage. The judge reaches it through the real
+`openai` SDK over real HTTP, so what the tests see is what a server sees.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
+import trajlake as tl
+from trajlake.credit.judge import JudgeValues
+
 Mode = Literal["ok", "fenced", "malformed"]
+
+N_JUDGED = 4
+"""Trajectories in the `judged_lake` fixture (conftest.py): two resolved, two not."""
 
 
 def stub_estimates(n_turns: int) -> list[dict[str, float]]:
@@ -34,10 +42,14 @@ class StubJudge:
     fail_first: int = 0
     """Answer this many requests with HTTP 500 before answering normally."""
     fail_status: int = 500
+    retry_after: str | None = None
+    """Sent as the Retry-After header of each failure, when set."""
     reply: Callable[[dict[str, Any]], str] | None = None
     """When set, the answer's content is `reply(request body)` (mode and T are ignored)."""
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    """Request headers, names lower-cased (HTTP names are case-insensitive; the SDK sends
+    them lower-case)."""
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -92,12 +104,14 @@ def judge_stub(**kwargs: Any) -> Iterator[StubJudge]:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length))
             with stub.lock:
-                stub.headers.append(dict(self.headers.items()))
+                stub.headers.append({k.lower(): v for k, v in self.headers.items()})
             status, payload = stub.answer(body)
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if status != 200 and stub.retry_after is not None:
+                self.send_header("Retry-After", stub.retry_after)
             self.end_headers()
             self.wfile.write(data)
 
@@ -114,3 +128,18 @@ def judge_stub(**kwargs: Any) -> Iterator[StubJudge]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def stub_judge(lake: tl.Lake, url: str, **kwargs: Any) -> JudgeValues:
+    """A judge of the stub's model at `url`, with a test key and millisecond backoff."""
+    options: dict[str, Any] = {"api_key": "test-key", "backoff_s": 0.01, **kwargs}
+    return JudgeValues(lake, url, "stub-judge", **options)
+
+
+def credit_cli_args(lake: tl.Lake, stub: StubJudge, estimator: str) -> list[str]:
+    """`trajlake credit` arguments that value `lake` with `estimator` against the stub."""
+    return [
+        "credit", "--lake", lake.uri, "--estimator", estimator, "--output", "json",
+        "--source-option", f"base_url={stub.url}", "--source-option", "model=stub-judge",
+        "--source-option", "api_key=test-key", "--source-option", "backoff_s=0.01",
+    ]  # fmt: skip

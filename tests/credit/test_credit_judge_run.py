@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _judge_stub import judge_stub
+from _judge_stub import credit_cli_args, judge_stub
 from click.testing import CliRunner
 
 import trajlake as tl
@@ -20,11 +20,7 @@ def test_credit_cli_with_judge_caches_in_the_lake(tmp_path: Path) -> None:
     n_trajectories = 4
     runner = CliRunner()
     with judge_stub() as stub:
-        base = [
-            "credit", "--lake", lake.uri, "--estimator", "judge", "--output", "json",
-            "--source-option", f"base_url={stub.url}", "--source-option", "model=stub-judge",
-            "--source-option", "api_key=test-key", "--source-option", "backoff_s=0.01",
-        ]  # fmt: skip
+        base = credit_cli_args(lake, stub, "judge")
         first = runner.invoke(cli, [*base, "--name", "judge-1"])
         assert first.exit_code == 0, first.output
         assert stub.count == n_trajectories

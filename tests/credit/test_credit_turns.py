@@ -6,8 +6,8 @@ import duckdb
 import pytest
 
 import trajlake as tl
-from trajlake._query_views import DERIVED_VIEWS, VIEW_TABLES
 from trajlake.credit.turns import TURNS_VIEW_SQL, TURNS_VIEW_TABLES, load_turns, outcome_value
+from trajlake.query import DERIVED_VIEWS, VIEW_TABLES
 
 
 def handmade() -> dict[str, object]:

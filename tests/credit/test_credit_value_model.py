@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from trajlake.credit import value_source
 from trajlake.credit._types import TrajectoryTurns, Turn
 from trajlake.credit.value_model import PrefixModelValues
-from trajlake.credit.values import value_source
 from trajlake.errors import TrajlakeError
 
 

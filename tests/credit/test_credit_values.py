@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from trajlake.credit._types import TrajectoryTurns, Turn
-from trajlake.credit.values import (
+from trajlake.credit import (
     GroupValues,
     OutcomeValues,
     PrefixMCValues,
     action_key,
     value_source,
 )
+from trajlake.credit._types import TrajectoryTurns, Turn
 from trajlake.errors import TrajlakeError
 
 

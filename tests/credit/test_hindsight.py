@@ -20,7 +20,10 @@ import trajlake as tl
 from tests.credit._corpus import CORPUS, ingest_labelled_corpus
 from trajlake.cli.credit_cmd import credit
 from trajlake.credit import TrajectoryTurns, Turn, load_turns, value_source
-from trajlake.credit._hindsight_lm import (
+from trajlake.credit._text_features import Observation
+from trajlake.errors import TrajlakeError
+from trajlake.synth import SynthConfig, generate
+from trajlake.value._hindsight_lm import (
     TuneConfig,
     fine_tune,
     load_causal_lm,
@@ -29,11 +32,8 @@ from trajlake.credit._hindsight_lm import (
     tiny_lm,
     units,
 )
-from trajlake.credit._text_features import Observation
-from trajlake.credit.hindsight import HindsightValues, values_from_deltas
-from trajlake.errors import TrajlakeError
-from trajlake.synth import SynthConfig, generate
 from trajlake.value._neural_tokenizers import train_tokenizer
+from trajlake.value.hindsight import HindsightValues, values_from_deltas
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _judge_stub import judge_stub
+from _judge_stub import N_JUDGED, credit_cli_args, judge_stub, stub_judge
 from click.testing import CliRunner
 
 import trajlake as tl
+from tests.credit._corpus import CORPUS, ingest_labelled_corpus
 from trajlake.cli.main import cli
 from trajlake.credit import TrajectoryTurns, load_turns, run_credit, value_source
 from trajlake.credit._judge_prompt import interpolate
@@ -22,7 +23,6 @@ from trajlake.credit.judge import DEFAULT_RUBRIC, JudgeValues, cache_key, load_r
 from trajlake.errors import TrajlakeError
 from trajlake.sample import sample_trajectories
 
-N_TRAJ = 4
 IDS = [c.id for c in DEFAULT_RUBRIC.criteria]
 
 
@@ -53,35 +53,20 @@ def expected(traj: TrajectoryTurns) -> list[float]:
     return interpolate(points, n, float(traj.outcome or 0.0))
 
 
-@pytest.fixture
-def judged_lake(lake: tl.Lake) -> tl.Lake:
-    lake.write(list(sample_trajectories(N_TRAJ, start=4)))  # two resolved, two not
-    return lake
-
-
-@pytest.fixture
-def trajectories(judged_lake: tl.Lake) -> list[TrajectoryTurns]:
-    return load_turns(judged_lake)
-
-
-def judge(lake: tl.Lake, url: str, **kwargs: Any) -> JudgeValues:
-    return JudgeValues(lake, url, "stub-judge", api_key="k", backoff_s=0.01, **kwargs)
-
-
 def test_request_carries_the_rubric_and_values_are_the_weighted_mean(
-    judged_lake: tl.Lake, trajectories: list[TrajectoryTurns]
+    judged_lake: tl.Lake, judged_turns: list[TrajectoryTurns]
 ) -> None:
     with judge_stub(reply=rubric_reply) as stub:
-        rubric_judge = judge(judged_lake, stub.url, prompt="rubric")
-        values = rubric_judge.values(trajectories)
+        rubric_judge = stub_judge(judged_lake, stub.url, prompt="rubric")
+        values = rubric_judge.values(judged_turns)
         system, user = (m["content"] for m in stub.requests[0]["messages"])
     assert rubric_judge.name == "judge:rubric"
     for c in DEFAULT_RUBRIC.criteria:
         assert f"- {c.id}: {c.title} (1) — {c.description}" in system
     assert '"key_turns"' in system and '"key_turns"' in user and "=== TRAJECTORY ===" in user
     report = rubric_judge.last_report
-    assert not report.fallbacks and report.requests == N_TRAJ
-    for traj in trajectories:
+    assert not report.fallbacks and report.requests == N_JUDGED
+    for traj in judged_turns:
         assert values[traj.trajectory_id] == pytest.approx(expected(traj))
         assert report.scores[traj.trajectory_id][0] == dict.fromkeys(IDS, 0.0)
     versions = judged_lake.sql(
@@ -118,49 +103,49 @@ def test_parsing_partial_and_malformed_answers() -> None:
 
 
 def test_malformed_answers_are_counted_failures_not_crashes(
-    judged_lake: tl.Lake, trajectories: list[TrajectoryTurns]
+    judged_lake: tl.Lake, judged_turns: list[TrajectoryTurns]
 ) -> None:
     with judge_stub(reply=lambda body: '{"key_turns": [{"turn": 1, "scores": "great"}]}') as stub:
-        rubric_judge = judge(judged_lake, stub.url, prompt="rubric")
-        values = rubric_judge.values(trajectories)
-        assert stub.count == 2 * N_TRAJ  # each asked again once
+        rubric_judge = stub_judge(judged_lake, stub.url, prompt="rubric")
+        values = rubric_judge.values(judged_turns)
+        assert stub.count == 2 * N_JUDGED  # each asked again once
     report = rubric_judge.last_report
-    assert sorted(report.fallbacks) == sorted(t.trajectory_id for t in trajectories)
+    assert sorted(report.fallbacks) == sorted(t.trajectory_id for t in judged_turns)
     assert set(report.unusable.values()) == {
         f"no key turn in 0..{len(t.turns)} with a numeric score of a rubric criterion"
-        for t in trajectories
+        for t in judged_turns
     }
-    for traj in trajectories:
+    for traj in judged_turns:
         assert values[traj.trajectory_id] == [traj.outcome] * (len(traj.turns) + 1)
     errors = judged_lake.sql(
         "SELECT count(*) FROM calls WHERE json_extract_string(attrs, '$.parse_error') IS NOT NULL"
     ).rows()
-    assert errors == [(2 * N_TRAJ,)]
+    assert errors == [(2 * N_JUDGED,)]
 
 
 def test_rubric_and_default_prompts_never_share_cache_entries(
-    judged_lake: tl.Lake, trajectories: list[TrajectoryTurns]
+    judged_lake: tl.Lake, judged_turns: list[TrajectoryTurns]
 ) -> None:
     with judge_stub() as stub:  # answers in the default prompt's format
-        judge(judged_lake, stub.url).values(trajectories)
-        assert stub.count == N_TRAJ
+        stub_judge(judged_lake, stub.url).values(judged_turns)
+        assert stub.count == N_JUDGED
         stub.reply = rubric_reply
-        rubric_judge = judge(judged_lake, stub.url, prompt="rubric")
-        first = rubric_judge.values(trajectories)
-        assert stub.count == 2 * N_TRAJ and rubric_judge.last_report.cache_hits == 0
-        again = judge(judged_lake, stub.url, prompt="rubric")
-        assert again.values(trajectories) == first
-        assert stub.count == 2 * N_TRAJ and again.last_report.cache_hits == N_TRAJ
-        plain = judge(judged_lake, stub.url)
-        plain.values(trajectories)
-        assert stub.count == 2 * N_TRAJ and plain.last_report.cache_hits == N_TRAJ
+        rubric_judge = stub_judge(judged_lake, stub.url, prompt="rubric")
+        first = rubric_judge.values(judged_turns)
+        assert stub.count == 2 * N_JUDGED and rubric_judge.last_report.cache_hits == 0
+        again = stub_judge(judged_lake, stub.url, prompt="rubric")
+        assert again.values(judged_turns) == first
+        assert stub.count == 2 * N_JUDGED and again.last_report.cache_hits == N_JUDGED
+        plain = stub_judge(judged_lake, stub.url)
+        plain.values(judged_turns)
+        assert stub.count == 2 * N_JUDGED and plain.last_report.cache_hits == N_JUDGED
     # The same messages under the two versions are two keys.
     messages = [{"role": "user", "content": "x"}]
     assert cache_key("m", messages) != cache_key("m", messages, DEFAULT_RUBRIC.version)
 
 
 def test_custom_rubric_file_is_sent_and_versioned(
-    judged_lake: tl.Lake, trajectories: list[TrajectoryTurns], tmp_path: Path
+    judged_lake: tl.Lake, judged_turns: list[TrajectoryTurns], tmp_path: Path
 ) -> None:
     path = tmp_path / "tests-first.yaml"
     path.write_text(
@@ -184,13 +169,13 @@ def test_custom_rubric_file_is_sent_and_versioned(
         )
 
     with judge_stub(reply=reply) as stub:
-        custom = judge(judged_lake, stub.url, rubric=str(path))
-        values = custom.values(trajectories)
+        custom = stub_judge(judged_lake, stub.url, rubric=str(path))
+        values = custom.values(judged_turns)
         system = stub.requests[0]["messages"][0]["content"]
     assert custom.prompt == "rubric" and "- wrote_test: Wrote a failing test (3) — " in system
     assert "understanding" not in system
     # Points 0 → 0 and T → (ignored: the outcome anchors V(s_T)): the curve rises linearly.
-    traj = trajectories[0]
+    traj = judged_turns[0]
     assert values[traj.trajectory_id] == pytest.approx(
         interpolate({0: 0.0}, len(traj.turns), float(traj.outcome or 0.0))
     )
@@ -237,19 +222,15 @@ def test_bad_rubric_files_are_named(judged_lake: tl.Lake, tmp_path: Path) -> Non
 
 def test_credit_cli_with_the_rubric_judge(tmp_path: Path) -> None:
     lake = tl.open_lake(tmp_path / "lake", create=True)
-    lake.write(list(sample_trajectories(N_TRAJ)))
+    lake.write(list(sample_trajectories(N_JUDGED)))
     runner = CliRunner()
     with judge_stub(reply=rubric_reply) as stub:
-        base = [
-            "credit", "--lake", lake.uri, "--estimator", "judge:rubric", "--output", "json",
-            "--source-option", f"base_url={stub.url}", "--source-option", "model=stub-judge",
-            "--source-option", "api_key=test-key", "--source-option", "backoff_s=0.01",
-        ]  # fmt: skip
+        base = credit_cli_args(lake, stub, "judge:rubric")
         first = runner.invoke(cli, [*base, "--name", "rubric-1"])
         assert first.exit_code == 0, first.output
         second = runner.invoke(cli, [*base, "--name", "rubric-2"])
         assert second.exit_code == 0, second.output
-        assert stub.count == N_TRAJ  # the second run is answered from the cache
+        assert stub.count == N_JUDGED  # the second run is answered from the cache
     report = json.loads(first.output)
     assert report["estimator"] == "judge:rubric" and report["turns"] == report["rows_added"] > 0
     rows = lake.sql(
@@ -286,22 +267,9 @@ def test_rubric_judge_as_an_ensemble_component(tmp_path: Path) -> None:
     assert stored == [(8,)]
 
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
-
-
 @pytest.mark.skipif(not (CORPUS / "01_sweagent_traj").is_dir(), reason="no shared corpus")
 def test_real_corpus_end_to_end(lake: tl.Lake, tmp_path: Path) -> None:
-    for part in ("01_sweagent_traj", "02_mini_swe_agent", "06_eval_frameworks/tau_bench"):
-        lake.ingest(str(CORPUS / part))
-    unlabelled = lake.sql("SELECT trajectory_id FROM outcomes WHERE resolved IS NULL").rows()
-    labels = tmp_path / "labels.jsonl"
-    labels.write_text(
-        "".join(
-            json.dumps({"trajectory_id": tid, "resolved": bool(i % 2)}) + "\n"
-            for i, (tid,) in enumerate(unlabelled)
-        )
-    )
-    lake.label(str(labels))
+    ingest_labelled_corpus(lake, tmp_path)
     with judge_stub(reply=rubric_reply) as stub:
         report = run_credit(
             lake,

@@ -101,7 +101,8 @@ def test_contributions_sum_to_the_outcome() -> None:
     win, loss = values["new-win"], values["new-loss"]
     assert win[-1] == pytest.approx(1.0, abs=1e-3) and loss[-1] == pytest.approx(0.0, abs=1e-3)
     # The turns before the zebra read the same: same values; all the gap is the zebra turn's.
-    assert win[:2] == loss[:2]
+    # (equal up to float rounding: BLAS sums the two rollouts' feature rows in its own order)
+    assert win[:2] == pytest.approx(loss[:2], abs=1e-12)
     credit = [b - a for a, b in itertools.pairwise(win)]
     assert credit[1] == max(credit) and credit[1] > 0.5
     for t in trajs[:-2]:

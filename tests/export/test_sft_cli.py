@@ -171,6 +171,7 @@ def test_cli(credited: tl.Lake, tmp_path: Path) -> None:
     assert isinstance(failed.exception, SftSelfCheckFailed)
 
 
+@pytest.mark.long
 def test_tokenized(credited: tl.Lake, tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 

@@ -160,6 +160,7 @@ def _conversation(row: dict[str, Any]) -> ChatConversation:
     return ChatConversation(row["trajectory_id"], "", messages, row["tools"], weights)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("template", ["chatml", "llama3-like", "gemma-like"])
 def test_tokenized_masks_decode_to_the_weighted_assistant_turns(
     exported: Any, template: str, tmp_path: Path

@@ -109,6 +109,7 @@ def _tiny_model(tok: Any) -> Any:
 
 # transformers warns (FutureWarning) about its own deprecated `gradient_checkpointing` argument
 # inside TrainingArguments; not ours to fix.
+@pytest.mark.long
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 @pytest.mark.parametrize("template", ["gemma-like", "chatml"])
 def test_trl_export_runs_through_sfttrainer(
@@ -169,6 +170,7 @@ def test_trl_export_runs_through_sfttrainer(
     assert result.global_step == 1 and torch.isfinite(torch.tensor(result.training_loss))
 
 
+@pytest.mark.long
 def test_tokenized_parquet_trains_with_weighted_loss(synth_lake: tl.Lake, tmp_path: Path) -> None:
     """The Parquet columns go straight into a causal LM: loss = Σ w·nll / Σ w (shifted tokens)."""
     tok = tiny_chat_tokenizer(template="chatml")

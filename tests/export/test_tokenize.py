@@ -64,6 +64,7 @@ def _prefix_token_oracle(tok: Any, conv: ChatConversation) -> list[float]:
     return loss
 
 
+@pytest.mark.long
 def test_fast_path_equals_reference_on_sample_conversations(
     tok: Any, convs: list[ChatConversation]
 ) -> None:

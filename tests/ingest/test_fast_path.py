@@ -24,17 +24,17 @@ from trajlake.ingest._adapter import ParsedTrajectory
 from trajlake.ingest._parse import ParsedChunk, ParseTask, Stamp, parse_task
 from trajlake.ingest._pipeline import _line_chunks, _tasks
 from trajlake.ingest._registry import detect
-from trajlake.ingest._rows import ParsedRow, plain_chat_record, redact_row, row_texts
+from trajlake.ingest._rows import ParsedRow, plain_chat_record
 from trajlake.ingest._sources import SourceFile, expand_sources
 from trajlake.ingest.openai_messages import OpenAIMessagesAdapter, _record
-from trajlake.ingest.redact import Redactor, redact_trajectory, trajectory_texts
 from trajlake.records import dict_rows, record_rows, rows_to_tables
+from trajlake.redact import Redactor, redact_row, redact_trajectory, row_texts, trajectory_texts
 from trajlake.schema import CanonicalTrajectory
 
 DATA = Path(__file__).parents[1] / "data"
 TAU = DATA / "tau_bench" / "gpt-4o-airline.json"
 SHARED_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
-NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 KEYS = {"trajectories": ["trajectory_id"], "messages": ["trajectory_id", "thread", "idx"]}
 
 

@@ -59,7 +59,7 @@ def _check(path: Path) -> CanonicalTrajectory:
     )
     assert record.total_tokens == usage["total_tokens"]
     assert reply.model == header["meta"]["model"] == record.policy_model
-    when = dt.datetime.fromisoformat(header["meta"]["time"]).astimezone(dt.timezone.utc)
+    when = dt.datetime.fromisoformat(header["meta"]["time"]).astimezone(dt.UTC)
     assert reply.timestamp == when == record.started_at
     assert record.ended_at == when + dt.timedelta(milliseconds=header["meta"]["duration_ms"])
     assert (record.status, reply.finish_reason) == ("completed", "stop")

@@ -155,7 +155,7 @@ def test_v1_per_call_usage_reasoning_and_run_fields(tmp_path: Path) -> None:
     assert (first.cached_tokens, first.reasoning_tokens) == (1024, 150)
     assert first.reasoning == "**Plan** look" and first.finish_reason == "stop"
     assert first.model == "google/gemini-3-pro-preview"
-    assert first.timestamp == dt.datetime(2025, 11, 19, 0, 1, 56, tzinfo=dt.timezone.utc)
+    assert first.timestamp == dt.datetime(2025, 11, 19, 0, 1, 56, tzinfo=dt.UTC)
     assert first.attrs["response"] == {
         "id": "gen-1763510516",
         "provider": "Google",

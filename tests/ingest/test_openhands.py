@@ -102,7 +102,7 @@ def test_eval_output_matches_history_and_metrics() -> None:
         assert record.harness_version == history[0]["args"]["openhands_version"]
         assert record.policy_model == meta["llm_config"]["model"]
         assert record.run_id == posixpath.basename(meta["eval_output_dir"])
-        start = dt.datetime.fromisoformat(meta["start_time"]).replace(tzinfo=dt.timezone.utc)
+        start = dt.datetime.fromisoformat(meta["start_time"]).replace(tzinfo=dt.UTC)
         assert record.started_at == start
         assert record.final_output == line["test_result"]["git_patch"]
         assert record.resolved is None and record.outcome_source is None  # no report merged in
@@ -143,7 +143,7 @@ def test_gui_session_ends_awaiting_input() -> None:
         "command": "mkdir -p /workspace/todo-app"
     }
     assert first.cached_tokens == 0 and first.prompt_tokens == 3439
-    assert record.started_at == dt.datetime(2025, 1, 20, 20, 29, 13, 519638, dt.timezone.utc)
+    assert record.started_at == dt.datetime(2025, 1, 20, 20, 29, 13, 519638, dt.UTC)
 
 
 def test_session_folder_reads_events_in_numeric_order() -> None:

@@ -25,8 +25,8 @@ import pytest
 import trajlake as tl
 from trajlake.ingest import AllowList, IngestOptions, ingest, redact_uri
 from trajlake.ingest._parse import Stamp, describe, quarantine_row
-from trajlake.ingest.redact import PERSONAL_KINDS, Redactor, redact_json
 from trajlake.proxy.recorder import Recorder
+from trajlake.redact import PERSONAL_KINDS, Redactor, redact_json
 from trajlake.schema import TABLES
 
 # Fakes with real shapes, assembled so that this file itself is no secret-scanner bait.

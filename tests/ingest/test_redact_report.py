@@ -11,7 +11,7 @@ import pytest
 import trajlake as tl
 from trajlake.ingest import AllowList, redaction_report
 from trajlake.ingest._redact_report import mask
-from trajlake.ingest.redact import family
+from trajlake.redact import family
 
 SHARED_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"  # as in conftest.py
 

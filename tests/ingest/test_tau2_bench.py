@@ -89,7 +89,7 @@ def _check_voice(path: Path, record: CanonicalTrajectory) -> None:
 
 def tl_time(text: str) -> dt.datetime:
     """A τ²-bench naive ISO time as the aware UTC datetime the adapter stores."""
-    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.timezone.utc)
+    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
 
 
 def test_voice_simulation_matches_its_ticks() -> None:

@@ -115,6 +115,7 @@ def _crash_lake(root: Path) -> None:
     set_settings(root / "lake", auto_maintain_every=1, compact_min_files=4, log_versions=8)
 
 
+@pytest.mark.long
 def test_writer_killed_at_random_points(tmp_path: Path) -> None:
     _crash_lake(tmp_path)
     seed = int(os.environ.get("TRAJLAKE_CRASH_SEED", random.randrange(1_000_000)))

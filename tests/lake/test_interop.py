@@ -26,7 +26,7 @@ def _normalise(value: Any) -> Any:
             return {k: _normalise(v) for k, v in value}  # a map as Arrow lists it
         return [_normalise(v) for v in value]
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.timezone.utc) if value.tzinfo else value
+        return value.astimezone(dt.UTC) if value.tzinfo else value
     return value
 
 

@@ -138,7 +138,7 @@ def test_empty_write_and_summary(lake: tl.Lake) -> None:
 
 
 def _label(label_id: str, source: str, created: int, **fields: object) -> Label:
-    when = dt.datetime(2026, 2, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=created)
+    when = dt.datetime(2026, 2, 1, tzinfo=dt.UTC) + dt.timedelta(hours=created)
     return Label(label_id=label_id, source=source, created_at=when, **fields)
 
 
@@ -312,7 +312,7 @@ def test_query_result_conversions(lake: tl.Lake) -> None:
     assert frame["n_messages"].to_list() == [6, 6, 6]
     dicts = result.to_dicts()
     assert dicts[0]["trajectory_id"] == "sample-0-0000000"
-    assert dicts[0]["started_at"] == dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    assert dicts[0]["started_at"] == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     assert list(result) == dicts
     rows = result.rows()
     assert rows[2][:2] == ("sample-0-0000002", 6)

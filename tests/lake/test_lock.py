@@ -266,6 +266,7 @@ def _lease(client: Any, prefix: str) -> dict[str, Any] | None:
     return dict(json.loads(obj["Body"].read()))
 
 
+@pytest.mark.long
 @pytest.mark.s3
 def test_s3_processes_and_threads_serialize(s3: tuple[str, dict[str, str]]) -> None:
     _, options = s3

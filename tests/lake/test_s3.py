@@ -83,6 +83,7 @@ def test_s3_lake_write_query_tag_time_travel(s3: dict[str, str]) -> None:
     assert not chain_problems(other.snapshots())
 
 
+@pytest.mark.long
 def test_s3_concurrent_writers(s3: dict[str, str], tmp_path: Path) -> None:
     uri = _uri()
     tl.open_lake(uri, create=True, storage_options=s3)

@@ -32,7 +32,7 @@ ENDPOINT = {
     "responses": "/v1/responses",
     "anthropic": "/v1/messages",
 }
-T0 = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 # Abstract turns, rendered into each dialect: (role, text, calls) or ("tool", call_id, text).
 S = ("system", "You are an agent.", [])

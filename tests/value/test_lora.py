@@ -16,12 +16,13 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 
+@pytest.mark.long
 # peft 0.21 still calls a transformers 5 alias that warns about its own deprecation.
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 def test_lora_adapters_are_merged_into_the_saved_model(tmp_path: Path) -> None:
     from safetensors import safe_open
 
-    from trajlake.rerank import Reranker
+    from trajlake.serve import Reranker
 
     lake = tl.open_lake(tmp_path / "lake", create=True)
     lake.write(generate(SynthConfig(seed=2, n_tasks=20, rollouts_per_task=4)).trajectories)

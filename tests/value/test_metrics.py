@@ -8,7 +8,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from trajlake.value import (
+from trajlake.value.metrics import (
     auroc,
     auroc_per_task,
     best_at_k,

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from trajlake.errors import MissingExtra
-from trajlake.value.serve import create_app, run_server
+from trajlake.serve import create_app, run_server
 
 
 class PassScorer:

@@ -16,7 +16,7 @@ from _slow_clients import closed_within, connect, dribbling, head
 from click.testing import CliRunner
 
 from trajlake.cli.value_cmds import serve as serve_command
-from trajlake.value.serve import ServerLimits, serve_in_background
+from trajlake.serve import ServerLimits, serve_in_background
 
 RERANK = "/v1/rerank"
 

@@ -224,8 +224,8 @@ def _openai_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_reranker_scores_every_candidate_shape_alike(trained: dict[str, Any]) -> None:
-    from trajlake.rerank import Reranker
     from trajlake.schema import CanonicalTrajectory
+    from trajlake.serve import Reranker
 
     reranker = Reranker.load(trained["tiny"]["directory"])
     rows = _candidates(trained["lake"], "synth-repo-0004")
@@ -244,7 +244,7 @@ def test_reranker_scores_every_candidate_shape_alike(trained: dict[str, Any]) ->
 
 
 def test_hybrid_selection_follows_the_r2e_gym_rule() -> None:
-    from trajlake.rerank import hybrid_select
+    from trajlake.serve import hybrid_select
 
     scores = [0.9, 0.8, 0.7, 0.6, 0.1, 0.05]
     # Top max(3, 6 // 2) = 3 by score: 0, 1, 2; among them max regression (2 and 1), then max
@@ -259,8 +259,7 @@ def test_hybrid_selection_follows_the_r2e_gym_rule() -> None:
 def test_http_endpoint_serves_the_trained_model(trained: dict[str, Any]) -> None:
     import requests
 
-    from trajlake.rerank import Reranker
-    from trajlake.value.serve import serve_in_background
+    from trajlake.serve import Reranker, serve_in_background
 
     reranker = Reranker.load(trained["tiny"]["directory"])
     rows = _candidates(trained["lake"], "synth-repo-0005")
@@ -288,7 +287,7 @@ def test_tiny_recipe_trains_in_bf16_and_serves_on_cuda(tmp_path: Path) -> None:
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from trajlake.rerank import Reranker
+    from trajlake.serve import Reranker
 
     lake_dir = str(tmp_path / "lake")
     lake = tl.open_lake(lake_dir, create=True)

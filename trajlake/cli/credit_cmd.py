@@ -1,4 +1,9 @@
-"""The `credit` command: run a credit estimator over the lake and store the run in `credits`."""
+"""The `credit` command: run a credit estimator over the lake and store the run in `credits`.
+
+All the estimator logic lives in `trajlake.credit.runs`; this module only maps flags onto
+`run_credit`. Estimator-specific arguments come as generic `--source-option KEY=VALUE` pairs rather
+than one flag each, so a new value source needs no CLI change.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""The `credit-eval` command: compare a stored credit run with a ground-truth file."""
+"""The `credit-eval` command: compare a stored credit run with a ground-truth file.
+
+The truth is what the synthetic environments write (`SynthBatch.write_truth`,
+`DebugBatch.write_truth`): this is how a credit source is measured against known per-turn values.
+The optional held-out split judges a source that learns from the data only on tasks it did not see.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Data commands: ingest, sql, show and export (jsonl, atif)."""
+"""Data commands: `ingest`, `sql`, `show` and the `export` group (jsonl here; atif and sft in their
+own modules, added to the group at the end).
+
+Anything that can refuse the command (an allow-list that does not parse, an `--out` inside the lake)
+is checked before the lake is opened or the query runs, so a refused command leaves nothing behind.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +18,10 @@ from trajlake.cli.options import (
     LakeSpec,
     at_option,
     lake_options,
+    make_output,
     output_option,
     redaction_policy_options,
 )
-from trajlake.cli.output import make_output
 from trajlake.cli.progress import progress_for
 from trajlake.cli.transcript import with_effective_outcome
 from trajlake.ingest import AllowList, format_names, redaction_report
@@ -146,7 +151,7 @@ SQL_TIMEOUT = 300.0
 
 
 def _memory_limit(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from trajlake._query_limits import parse_size
+    from trajlake.query import parse_size
 
     if value is not None:
         try:

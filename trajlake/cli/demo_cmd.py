@@ -1,15 +1,19 @@
 """`trajlake demo`: the generation loop on the synthetic environment; `trajlake tour`: the quick
-tour of a lake with the bundled sample rollouts."""
+tour of a lake with the bundled sample rollouts.
+
+Both run through the public library paths (`trajlake.demo`, `trajlake.loop`, `trajlake.tour`), so
+they show what a user's own scripts would do; this module only prints their reports.
+"""
 
 from __future__ import annotations
 
 import click
 
-from trajlake.cli.options import output_option
-from trajlake.cli.output import dumps, make_output
+from trajlake.cli.options import make_output, output_option
+from trajlake.cli.output import dumps
 from trajlake.cli.progress import progress_for
 from trajlake.demo import DEFAULT_LAKE, run_demo
-from trajlake.loop import parse_seeds, run_seeds, seeds_table
+from trajlake.loop import VALUE_MODELS, choose_value_model, parse_seeds, run_seeds, seeds_table
 from trajlake.tour import DEFAULT_TOUR_LAKE, run_tour
 
 
@@ -29,8 +33,17 @@ def _parse_seeds(ctx: click.Context, param: click.Parameter, value: str | None) 
     return seeds
 
 
-def _demo_seeds(lake: str, quick: bool, seeds: list[int], out: str | None, output: str) -> None:
-    report = run_seeds(lake, seeds, quick=quick, out=out, progress=progress_for("items"))
+def _demo_seeds(
+    lake: str, quick: bool, seeds: list[int], out: str | None, output: str, value_model: str
+) -> None:
+    report = run_seeds(
+        lake,
+        seeds,
+        quick=quick,
+        out=out,
+        progress=progress_for("items"),
+        value_model=value_model,
+    )
     if output == "json":
         click.echo(dumps(report.to_dict()))
         return
@@ -68,6 +81,14 @@ def _demo_seeds(lake: str, quick: bool, seeds: list[int], out: str | None, outpu
     metavar="DIR",
     help="Folder for the report, plots, data and SFT exports (default: <lake>/demo-report).",
 )
+@click.option(
+    "--value-model",
+    type=click.Choice(VALUE_MODELS),
+    default="auto",
+    show_default=True,
+    help="The value model to train: auto is the tiny transformer when torch and transformers "
+    "are installed (extra train), else the CPU feature baseline.",
+)
 @output_option()
 @click.pass_context
 def demo(
@@ -77,21 +98,29 @@ def demo(
     seed: int,
     seeds: list[int] | None,
     out: str | None,
+    value_model: str,
     output: str,
 ) -> None:
     """Run the generation loop end to end on the synthetic environment.
 
     gen-0 rollouts → ingest → label → tag gen-0 → credit → SFT export → behaviour cloning and a
-    tiny value model → gen-1 on held-out tasks with best-of-N → ingest with lineage → tag gen-1;
+    value model (a tiny transformer, or the feature baseline without torch) → gen-1 on held-out
+    tasks with best-of-N → ingest with lineage → tag gen-1;
     then success per generation and method (SQL over the lake), the policy comparison table
     and PNG plots. With --seeds, the loop once per seed and the tables over seeds.
     """
+    seed_given = ctx.get_parameter_source("seed") is not click.core.ParameterSource.DEFAULT
+    if seeds is not None and seed_given:
+        raise click.UsageError("give --seed (one run) or --seeds (several), not both")
+    if output != "json":  # said first: the run takes a minute, and its numbers are this model's
+        click.echo(choose_value_model(value_model).describe())
     if seeds is not None:
-        if ctx.get_parameter_source("seed") is not click.core.ParameterSource.DEFAULT:
-            raise click.UsageError("give --seed (one run) or --seeds (several), not both")
-        _demo_seeds(lake, quick, seeds, out, output)
+        _demo_seeds(lake, quick, seeds, out, output, value_model)
         return
-    report = run_demo(lake, quick=quick, seed=seed, out=out, progress=progress_for("items"))
+    progress = progress_for("items")
+    report = run_demo(
+        lake, quick=quick, seed=seed, out=out, progress=progress, value_model=value_model
+    )
     if output == "json":
         click.echo(dumps(report.to_dict()))
         return

@@ -1,11 +1,14 @@
-"""`trajlake export atif`: trajectories as Harbor ATIF files (a member of the `export` group)."""
+"""`trajlake export atif`: trajectories as Harbor ATIF files (a member of the `export` group).
+
+`trajlake.export.atif` is imported inside the command, not at the top: `trajlake --help` imports
+every command module to list it, and only a run of this command should pay for the exporter.
+"""
 
 from __future__ import annotations
 
 import click
 
-from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
-from trajlake.cli.output import make_output
+from trajlake.cli.options import LakeSpec, at_option, lake_options, make_output, output_option
 from trajlake.cli.progress import progress_for
 
 

@@ -1,4 +1,9 @@
-"""`trajlake export sft`: SFT datasets (openai, trl, sharegpt, axolotl, tokenized) + manifest."""
+"""`trajlake export sft`: SFT datasets (openai, trl, sharegpt, axolotl, tokenized) + manifest.
+
+`trajlake.export.sft` (and, for `tokenized`, a tokenizer) is imported inside the command: listing
+commands imports this module. The exporter's `ValueError`s are about the combination of flags
+given, so they surface as click usage errors.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""The `label` command: attach verifier outcomes (SWE-bench, sb-cli, Terminal-Bench, CSV/JSONL)."""
+"""The `label` command: attach verifier outcomes (SWE-bench, sb-cli, Terminal-Bench, CSV/JSONL).
+
+Labels are their own step because verifier outcomes usually arrive after the rollouts are stored;
+`ingest --labels` runs the same `attach_labels` when both are at hand. Problems go to stderr so that
+`--output json` on stdout stays one parseable document.
+"""
 
 from __future__ import annotations
 

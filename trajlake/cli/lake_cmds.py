@@ -1,11 +1,16 @@
-"""Lake commands: init, log, tag, tags, validate, maintain, and schema (which needs no lake)."""
+"""Lake commands: init, log, tag, tags, validate, maintain, and schema (which needs no lake).
+
+These act on the lake as storage (its snapshot log, tags and files), not on its data. `validate`
+exits 1 on problems so scripts and CI can gate on it; `schema` prints the record schemas from
+`trajlake.schema` without opening anything, for users writing producers.
+"""
 
 from __future__ import annotations
 
 import click
 
-from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
-from trajlake.cli.output import dumps, make_output, tags_by_snapshot
+from trajlake.cli.options import LakeSpec, at_option, lake_options, make_output, output_option
+from trajlake.cli.output import dumps, tags_by_snapshot
 from trajlake.schema import TABLES, json_schema_documents, table_schema
 
 SCHEMA_NAMES = (*TABLES, "canonical")

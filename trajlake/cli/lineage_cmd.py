@@ -1,5 +1,9 @@
 """The `lineage` command: generations → snapshots and tags → credit runs → SFT exports → models
-→ the rollouts using them."""
+→ the rollouts using them.
+
+The graph is built and formatted by `trajlake.lineage` (text, JSON or Graphviz dot); the command
+only picks the format, so the same graph is available from Python.
+"""
 
 from __future__ import annotations
 

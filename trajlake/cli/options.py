@@ -1,4 +1,11 @@
-"""Options shared by commands: `--lake` (+ storage options), `--at` and `--output`."""
+"""Options shared by commands: `--lake` (+ storage options), `--at`, `--output` and `make_output`.
+
+Every command declares these through the decorators here, so a flag shared by many commands has one
+spelling and one help text. `--lake` becomes a `LakeSpec` that is opened only when the command needs
+the lake, so a refused argument never creates or touches one. `make_output` sits beside
+`output_option` rather than in `output.py`: `text_output` builds on `output`, and choosing between
+them is the option's job, one level up.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from typing import Any, TypeVar, cast
 import click
 
 import trajlake as tl
+from trajlake.cli.output import CsvOutput, JsonOutput, Output
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,3 +141,17 @@ def output_option(*choices: str) -> Callable[[F], F]:
         show_default=True,
         help="text for people; " + ", ".join(f for f in formats if f != "text") + " for programs.",
     )
+
+
+def make_output(kind: str) -> Output:
+    """The Output for an `--output` value."""
+    if kind == "json":
+        return JsonOutput()
+    if kind == "csv":
+        return CsvOutput()
+    if kind == "text":
+        # rich's tables load only when text is rendered, as the CLI imports each command lazily.
+        from trajlake.cli.text_output import TextOutput
+
+        return TextOutput()
+    raise ValueError(f"unknown output format {kind!r}; choose text, json or csv")

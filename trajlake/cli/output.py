@@ -2,6 +2,8 @@
 
 Every command builds an Output from `--output` and hands it its result; no command formats
 anything itself. JSON goes to stdout only, so it can be piped; logs and progress use stderr.
+This module holds the interface and the JSON/CSV forms; `text_output` builds on it, and
+`options.make_output` chooses between them, so the interface never imports an implementation.
 """
 
 from __future__ import annotations
@@ -224,16 +226,3 @@ class CsvOutput(JsonOutput):
         writer.writerow(result.columns)
         for row in result_tuples(result.to_arrow()):
             writer.writerow([_csv_cell(v) for v in row])
-
-
-def make_output(kind: str) -> Output:
-    """The Output for an `--output` value."""
-    if kind == "json":
-        return JsonOutput()
-    if kind == "csv":
-        return CsvOutput()
-    if kind == "text":
-        from trajlake.cli.text_output import TextOutput
-
-        return TextOutput()
-    raise ValueError(f"unknown output format {kind!r}; choose text, json or csv")

@@ -1,4 +1,9 @@
-"""Progress bars (rich, on stderr) for long commands, drawn only when stderr is a terminal."""
+"""Progress bars (rich, on stderr) for long commands, drawn only when stderr is a terminal.
+
+The library reports progress through the `trajlake._progress.Progress` protocol and never draws;
+this is the one implementation that does. Bars and log records share one stderr console so log
+lines print above a live bar, and stdout stays free for results.
+"""
 
 from __future__ import annotations
 

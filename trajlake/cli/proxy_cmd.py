@@ -1,4 +1,9 @@
-"""`trajlake proxy`: the recording proxy a harness points its model base URL at."""
+"""`trajlake proxy`: the recording proxy a harness points its model base URL at.
+
+The proxy server (aiohttp) is imported only when the command runs; `ServerLimits` is named here for
+typing only. `trajlake serve` reuses `--limit KEY=VALUE` (`LIMIT_HELP`, `parse_limits`): both
+servers take the same `ServerLimits`.
+"""
 
 from __future__ import annotations
 

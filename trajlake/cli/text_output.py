@@ -1,4 +1,9 @@
-"""Text rendering of command results for people: short summaries and rich tables on stdout."""
+"""Text rendering of command results for people: short summaries and rich tables on stdout.
+
+The `Output` implementation for `--output text`; what it prints is for reading, not parsing (JSON
+is the stable form). Lists are cut (`PROBLEMS_SHOWN`, `FINDINGS_SHOWN`, `CELL_WIDTH`) so a large
+ingest or query still fits a terminal, with a pointer to where the rest is.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ def format_time(value: str | dt.datetime) -> str:
     """A timestamp to the second, in UTC."""
     when = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
     if when.tzinfo is not None:
-        when = when.astimezone(dt.timezone.utc)
+        when = when.astimezone(dt.UTC)
     return when.strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -91,6 +96,8 @@ class TextOutput(Output):
     """Human-readable output on stdout."""
 
     def __init__(self, console: Console | None = None) -> None:
+        # Everything printed is data (ids, SQL results, rollout text): rich must neither colour
+        # it by guesswork nor read `[...]` in it as markup, hence no highlighting and `Text`.
         self.console = console or Console(highlight=False)
 
     def line(self, text: str | Text = "") -> None:
@@ -367,7 +374,8 @@ def _loop_step(entry: Mapping[str, Any], report: LoopReport) -> list[str]:
     if name == "train value model":
         vm = report.value_model
         tags = ", ".join(vm["training_tags"])
-        return [f"{vm['model_id']} on {tags}", "its test tasks: " + _metrics(vm["test_split"])]
+        head = f"{vm['label']}: {vm['model_id']} on {tags}"
+        return [head, "its test tasks: " + _metrics(vm["test_split"])]
     if name == "register gen-1 policy":
         p = report.gen1_policy
         return [f"{p['model_id']} (cloned with credit run {p['credit_run']})"]

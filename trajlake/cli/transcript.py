@@ -1,4 +1,10 @@
-"""`trajlake show`: a trajectory as a readable transcript (header, then each thread's messages)."""
+"""`trajlake show`: a trajectory as a readable transcript (header, then each thread's messages).
+
+Long tool results and arguments are cut to `MAX_LINES` unless `--full`: tool output is what makes
+agent transcripts long. The header shows the effective outcome (a label beats what the rollout
+recorded), looked up in the `outcomes` view; `--output json` keeps the stored record instead, so it
+ingests back unchanged.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake
+    from trajlake.api import Lake
     from trajlake.schema import CanonicalTrajectory, Message, ToolCall
 
 MAX_LINES = 40
@@ -166,6 +172,7 @@ def _body(console: Console, m: Message, full: bool) -> None:
     if m.reasoning:
         console.print(Text(m.reasoning, style="dim italic"), soft_wrap=True)
     if m.content:
+        # What the model and the user wrote is shown whole; only tool output is cut.
         content = _clip(m.content, full) if m.role == "tool" else m.content
         console.print(Text(content), soft_wrap=True)
     for part in m.parts or ():

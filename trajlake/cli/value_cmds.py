@@ -1,4 +1,10 @@
-"""Value-model commands: `train value`, `eval value`, `score`, `rerank` and `serve`."""
+"""Value-model commands: `train value`, `eval value`, `score`, `rerank` and `serve`.
+
+Every value import sits inside its command: torch and transformers are an optional extra, so
+`trajlake --help` and the lake commands must work without them, and only the command that trains
+or scores pays for loading them. `--set` values are parsed as YAML, like the recipe file they
+override.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from trajlake.cli.progress import progress_for
 from trajlake.cli.proxy_cmd import LIMIT_HELP, parse_limits
 
 if TYPE_CHECKING:
-    from trajlake.value.serve import ServerLimits
+    from trajlake.serve import ServerLimits
 
 MODEL_ARG = click.argument("model", type=click.Path(exists=True, file_okay=False))
 WHERE_OPTION = click.option(
@@ -31,6 +37,7 @@ def _overrides(pairs: tuple[str, ...]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="'--set'")
+        # YAML, as in the recipe file: `train.epochs=1` overrides with an int, not the text "1".
         out[key.strip()] = yaml.safe_load(value)
     return out
 
@@ -75,6 +82,11 @@ def train_group() -> None:
 @click.option(
     "--no-register", is_flag=True, help="Do not add the model to the lake's models table."
 )
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted run from its latest checkpoint (same recipe and data).",
+)
 @output_option()
 def train_value(
     lake: LakeSpec,
@@ -84,6 +96,7 @@ def train_value(
     out: str | None,
     overrides: tuple[str, ...],
     no_register: bool,
+    resume: bool,
     output: str,
 ) -> None:
     """Train a value model (or the feature baseline) on labelled trajectories.
@@ -103,6 +116,7 @@ def train_value(
         out=out,
         register=not no_register,
         progress=progress_for("items"),
+        resume=resume,
     )
     if trained.card is None:  # a non-main process of a multi-GPU run: rank 0 reports
         return
@@ -270,8 +284,7 @@ def serve(
     limits: ServerLimits,
 ) -> None:
     """Serve MODEL over HTTP: POST /v1/rerank, GET /health, GET /v1/stats."""
-    from trajlake.rerank import Reranker
-    from trajlake.value.serve import run_server
+    from trajlake.serve import Reranker, run_server
 
     reranker = Reranker.load(Path(model), device=device)
 

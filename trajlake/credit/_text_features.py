@@ -18,9 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from trajlake.credit._types import TrajectoryTurns, Turn
+from trajlake.query import sql
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 Key = tuple[str, str, int]
 """(trajectory_id, thread, turn)."""
@@ -107,7 +108,7 @@ class Observation:
 
 
 def read_observations(
-    lake: Lake, at: SnapshotRef, trajectories: Sequence[TrajectoryTurns]
+    lake: LakeStore, at: SnapshotRef, trajectories: Sequence[TrajectoryTurns]
 ) -> dict[Key, Observation]:
     """The observation text of every turn of `trajectories` (ends of long messages only)."""
     wanted = {t.trajectory_id for t in trajectories}
@@ -123,7 +124,7 @@ def read_observations(
               FROM messages WHERE role <> 'assistant' AND turn IS NOT NULL)
         GROUP BY trajectory_id, thread, turn
     """
-    table = lake.sql(query, at=at).to_arrow()
+    table = sql(lake, query, at=at).to_arrow()
     cols = [
         table.column(c).to_pylist() for c in ("trajectory_id", "thread", "turn", "text", "failed")
     ]

@@ -25,7 +25,7 @@ from trajlake.credit._text_features import (
 from trajlake.credit._types import TrajectoryTurns, Turn
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class AnchoredValues:
         prior: float = 2.0,
         *,
         leave_one_out: bool = False,
-        lake: Lake | None = None,
+        lake: LakeStore | None = None,
         at: SnapshotRef = None,
         observations: Mapping[Key, Observation] | None = None,
     ) -> None:

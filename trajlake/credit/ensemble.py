@@ -13,18 +13,18 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trajlake.credit._folds import task_folds, task_key
 from trajlake.credit._types import TrajectoryTurns, ValueSource
-from trajlake.credit.values import TRANSCRIPT_SOURCES, PrefixMCValues, action_key, value_source
+from trajlake.credit.prefix_mc import PrefixMCValues, action_key
+from trajlake.credit.registry import value_source_spec
 from trajlake.errors import TrajlakeError
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 __all__ = [
     "MAX_COMPONENTS",
@@ -123,7 +123,7 @@ class EnsembleValues:
         folds: int = 5,
         seed: int = 0,
         component_options: Mapping[str, Mapping[str, Any]] | None = None,
-        lake: Lake | None = None,
+        lake: LakeStore | None = None,
         at: SnapshotRef = None,
     ) -> None:
         """Build the components.
@@ -307,12 +307,8 @@ class LeaveOneOutPrefixMC(PrefixMCValues):
         return out
 
 
-_IN_SAMPLE = ("outcome", "group", "group:grpo", "value-model:builtin")
-"""Components whose values before s_T contain the trajectory's own outcome."""
-
-
 def _component(
-    name: str, options: Mapping[str, Any], lake: Lake | None, at: SnapshotRef
+    name: str, options: Mapping[str, Any], lake: LakeStore | None, at: SnapshotRef
 ) -> ValueSource:
     """A component from the registry, given the lake when it reads observations or caches.
 
@@ -327,23 +323,23 @@ def _component(
             return LeaveOneOutPrefixMC(**kw, prior=(float(prior[0]), float(prior[1])))
         except (ValueError, TypeError) as e:
             raise ValueError(f"ensemble component {name!r}: {e}") from e
-    if name in _IN_SAMPLE:
+    try:
+        spec = value_source_spec(name)
+    except ValueError as e:
+        raise ValueError(f"ensemble component {name!r}: {e}") from e
+    if spec.leaks_outcome:
         log.warning(
             "ensemble component %r values each trajectory with its own outcome: the fit to the "
             "outcome will favour it for that reason alone",
             name,
         )
-    target = name.split(":", 1)[1] if name.startswith("value-model:") else ""
-    if name == "judge" or name.startswith("judge:"):
-        if lake is None:
-            raise TrajlakeError(f"ensemble component {name!r} needs a lake (it caches its calls)")
-        kw.setdefault("lake", lake)
-        kw.setdefault("at", at)
-    elif lake is not None and (name in TRANSCRIPT_SOURCES or (target and Path(target).is_dir())):
+    if spec.needs_lake and lake is None:
+        raise TrajlakeError(f"ensemble component {name!r} needs a lake (it caches its calls)")
+    if lake is not None and (spec.needs_lake or spec.reads_observations):
         kw.setdefault("lake", lake)
         kw.setdefault("at", at)
     try:
-        return value_source(name, **kw)
+        return spec.build(name, **kw)
     except (ValueError, TypeError) as e:
         raise ValueError(
             f"ensemble component {name!r}: {e} (options go in component_options={{{name!r}: "

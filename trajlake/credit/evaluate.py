@@ -22,9 +22,10 @@ import numpy as np
 import numpy.typing as npt
 
 from trajlake.errors import TrajlakeError
+from trajlake.query import sql
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 Truth = Mapping[str, Mapping[str, Any]]
 """Truth records by trajectory id; each has `values` V*(s_0) … V*(s_T) and `credits` c*_t
@@ -379,10 +380,11 @@ def _join(by_traj: Mapping[str, list[dict[str, Any]]], records: Truth, signal: S
 
 
 def _run_rows(
-    lake: Lake, run_name: str, thread: str, signal: Signal, at: SnapshotRef
+    lake: LakeStore, run_name: str, thread: str, signal: Signal, at: SnapshotRef
 ) -> dict[str, list[dict[str, Any]]]:
     column = "credit" if signal == "broadcast" else signal
-    rows = lake.sql(
+    rows = sql(
+        lake,
         f"SELECT trajectory_id, turn, value_before, value_after, {column} AS signal "
         "FROM credits WHERE run_name = ? AND thread = ? "
         "ORDER BY trajectory_id, turn",
@@ -400,7 +402,7 @@ def _run_rows(
 
 
 def evaluate_credit(
-    lake: Lake,
+    lake: LakeStore,
     run_name: str,
     truth: Truth | str | os.PathLike[str],
     *,

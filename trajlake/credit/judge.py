@@ -3,6 +3,11 @@
 The judge sees a whole trajectory and its outcome and, at a few key turns, names P(success)
 (`prompt="default"`, Orchard's retrospective value) or scores the criteria of a rubric
 (`prompt="rubric"`, value = the weighted mean of the scores); the rest is linearly interpolated.
+
+Shaped around the cache: a question's identity (`cache_key`) is fixed before anything is sent,
+so a rerun asks only what the lake has no usable answer for, and every answer is one commit.
+Requests go through the official `openai` SDK (`_judge_client`, the extra `judge`), imported
+only when a judge is built.
 """
 
 from __future__ import annotations
@@ -11,19 +16,15 @@ import hashlib
 import json
 import logging
 import os
-import random
 import threading
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from trajlake.credit._judge_client import JudgeClient, require_sdk
 from trajlake.credit._judge_prompt import (
     PROMPT_VERSION,
     TurnContext,
@@ -43,11 +44,11 @@ from trajlake.credit._judge_rubric import (
 )
 from trajlake.credit._types import TrajectoryTurns
 from trajlake.errors import JudgeError
+from trajlake.query import sql
 from trajlake.records import rows_for_table
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake
-    from trajlake.lake._lake import SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 __all__ = [
     "DEFAULT_RUBRIC",
@@ -64,7 +65,6 @@ log = logging.getLogger(__name__)
 
 ENDPOINT = "/v1/chat/completions"
 PURPOSE = "credit-judge"
-_RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 @dataclass
@@ -125,7 +125,7 @@ class JudgeValues:
 
     def __init__(
         self,
-        lake: Lake,
+        lake: LakeStore,
         base_url: str,
         model: str,
         *,
@@ -183,9 +183,13 @@ class JudgeValues:
             raise ValueError("concurrency must be >= 1")
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        require_sdk()  # fail at configuration, not at the first request
         self.lake = lake
         root = base_url.rstrip("/")
-        self.url = (root[: -len("/v1")] if root.endswith("/v1") else root) + ENDPOINT
+        root = root[: -len("/v1")] if root.endswith("/v1") else root
+        self.api_root = root + "/v1"
+        """The SDK's `base_url` (it appends `/chat/completions`)."""
+        self.url = root + ENDPOINT
         self.model = model
         self.api_key = (
             api_key or os.environ.get("TRAJLAKE_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY")
@@ -223,14 +227,14 @@ class JudgeValues:
         lock = threading.Lock()
         results: dict[str, _Outcome] = {}
 
-        def work(traj: TrajectoryTurns) -> None:
+        def work(traj: TrajectoryTurns, client: JudgeClient) -> None:
             tid = traj.trajectory_id
-            out = self._judge(traj, bodies[tid], keys[tid], cached.get(keys[tid], []))
+            out = self._judge(traj, bodies[tid], keys[tid], cached.get(keys[tid], []), client)
             with lock:
                 results[tid] = out
 
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            for future in [pool.submit(work, t) for t in todo if t.turns]:
+        with self._client() as client, ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            for future in [pool.submit(work, t, client) for t in todo if t.turns]:
                 future.result()
         values: dict[str, list[float]] = {}
         new_calls: list[dict[str, Any]] = []
@@ -294,6 +298,16 @@ class JudgeValues:
             **self.extra_body,
         }
 
+    def _client(self) -> JudgeClient:
+        """A connection for one `values()` call (closed with it)."""
+        return JudgeClient(
+            self.api_root,
+            self.api_key,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            backoff_s=self.backoff_s,
+        )
+
     # Cache ------------------------------------------------------------------------------------
 
     @staticmethod
@@ -307,7 +321,8 @@ class JudgeValues:
         """Stored successful response bodies by cache key, oldest first."""
         if not keys:
             return {}
-        rows = self.lake.sql(
+        rows = sql(
+            self.lake,
             "SELECT json_extract_string(attrs, '$.cache_key') AS key, response FROM calls "
             "WHERE json_extract_string(attrs, '$.purpose') = $purpose "
             "AND json_extract_string(attrs, '$.cache_key') IN (SELECT unnest($keys::VARCHAR[])) "
@@ -325,7 +340,8 @@ class JudgeValues:
         if not todo:
             return {}
         unique = sorted({t.trajectory_id for t in todo})
-        rows = self.lake.sql(
+        rows = sql(
+            self.lake,
             "SELECT trajectory_id, thread, idx, turn, role, content FROM messages "
             "WHERE trajectory_id IN (SELECT unnest(?::VARCHAR[])) AND role IN ('user', 'tool') "
             "AND NOT is_copied_context ORDER BY trajectory_id, thread, idx",
@@ -352,7 +368,12 @@ class JudgeValues:
     # One trajectory ---------------------------------------------------------------------------
 
     def _judge(
-        self, traj: TrajectoryTurns, body: dict[str, Any], key: str, cached: list[Any]
+        self,
+        traj: TrajectoryTurns,
+        body: dict[str, Any],
+        key: str,
+        cached: list[Any],
+        client: JudgeClient,
     ) -> _Outcome:
         n, outcome = len(traj.turns), float(traj.outcome or 0.0)
         error: str | None = None
@@ -366,8 +387,8 @@ class JudgeValues:
             return _Outcome(values, [], cache_hit=True, fallback=True, error=error)
         out = _Outcome(outcome_broadcast(n, outcome), [])
         for attempt in range(2):  # an unusable answer is asked again once
-            row, requests = self._call(traj, body, key, seq=attempt)
-            out.requests += requests
+            row = self._call(traj, body, key, attempt, client)
+            out.requests += row["attrs"]["attempts"]
             out.calls.append(row)
             out.prompt_tokens += row["prompt_tokens"] or 0
             out.completion_tokens += row["completion_tokens"] or 0
@@ -409,43 +430,13 @@ class JudgeValues:
         return {t: rubric.aggregate(s) for t, s in answer.scores.items()}, answer.scores, None
 
     def _call(
-        self, traj: TrajectoryTurns, body: dict[str, Any], key: str, seq: int
-    ) -> tuple[dict[str, Any], int]:
-        """POST with retries; returns the `calls` row of the last attempt and the request count."""
-        data = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        status: int | None = None
-        error: str | None = None
-        response: Any = None
-        started = datetime.now(UTC)
-        latency = 0.0
-        requests = 0
-        for attempt in range(self.max_retries + 1):
-            started, t0 = datetime.now(UTC), time.perf_counter()
-            requests += 1
-            retry_after: float | None = None
-            try:
-                request = urllib.request.Request(self.url, data=data, headers=headers)
-                with urllib.request.urlopen(request, timeout=self.timeout) as resp:
-                    status, raw = resp.status, resp.read()
-                response, error = json.loads(raw), None
-            except urllib.error.HTTPError as e:
-                status, error = e.code, f"HTTP {e.code}: {e.read()[:500].decode(errors='replace')}"
-                retry_after = _retry_after(e.headers.get("Retry-After"))
-                response = None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError) as e:
-                status, error, response = None, f"{type(e).__name__}: {e}", None
-            latency = (time.perf_counter() - t0) * 1000
-            retryable = status is None or status in _RETRY_STATUS
-            if error is None or not retryable or attempt == self.max_retries:
-                break
-            delay = self.backoff_s * 2**attempt * (1 + 0.1 * random.random())
-            time.sleep(min(retry_after if retry_after is not None else delay, 60.0))
-        usage = response.get("usage") if isinstance(response, dict) else None
+        self, traj: TrajectoryTurns, body: dict[str, Any], key: str, seq: int, client: JudgeClient
+    ) -> dict[str, Any]:
+        """Ask the endpoint (with retries); the `calls` row of the last attempt."""
+        answer = client.ask(body)
+        usage = answer.response.get("usage") if answer.response is not None else None
         usage = usage if isinstance(usage, dict) else {}
-        row = {
+        return {
             "call_id": uuid.uuid4().hex,
             "trajectory_id": traj.trajectory_id,
             "thread": traj.thread,
@@ -454,27 +445,19 @@ class JudgeValues:
             "endpoint": ENDPOINT,
             "model": self.model,
             "request_params": body,
-            "response": response,
+            "response": answer.response,
             "stream": False,
-            "status_code": status,
-            "error": error,
-            "started_at": started,
-            "latency_ms": latency,
+            "status_code": answer.status,
+            "error": answer.error,
+            "started_at": answer.started,
+            "latency_ms": answer.latency_ms,
             "prompt_tokens": usage.get("prompt_tokens"),
             "completion_tokens": usage.get("completion_tokens"),
             "attrs": {
                 "purpose": PURPOSE,
                 "cache_key": key,
                 "prompt_version": self.prompt_version,
-                "attempts": requests,
+                "attempts": answer.requests,
                 "outcome": traj.outcome,
             },
         }
-        return row, requests
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(float(value), 0.0) if value else None
-    except ValueError:
-        return None

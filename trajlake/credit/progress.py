@@ -28,7 +28,7 @@ from trajlake.credit._types import TrajectoryTurns
 from trajlake.credit.crossfit import CrossFitTextValues, TextFeaturiser, lambda_targets
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 Link = Literal["linear", "logit"]
 
@@ -161,7 +161,7 @@ class ProgressValues(CrossFitTextValues):
         budget: int | None = None,
         max_train: int = 5_000,
         chunk: int = 5_000,
-        lake: Lake | None = None,
+        lake: LakeStore | None = None,
         at: SnapshotRef = None,
         observations: Mapping[Key, Observation] | None = None,
     ) -> None:

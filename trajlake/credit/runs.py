@@ -14,7 +14,6 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trajlake.credit._types import TrajectoryTurns
@@ -28,13 +27,15 @@ from trajlake.credit.masks import (
     rise,
     step_reject,
 )
+from trajlake.credit.registry import value_source_spec
 from trajlake.credit.turns import load_turns
-from trajlake.credit.values import TRANSCRIPT_SOURCES, AdvantageSource, value_source
+from trajlake.credit.values import AdvantageSource
 from trajlake.errors import TrajlakeError
+from trajlake.query import sql
 from trajlake.records import rows_for_table
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def credit_rows(
 ) -> list[dict[str, Any]]:
     """`credits` rows (one per turn) for the trajectories that have values."""
     gamma, lam, n_step = params["gamma"], params["lam"], params["n_step"]
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     rows: list[dict[str, Any]] = []
     for traj in trajectories:
         curve = values.get(traj.trajectory_id)
@@ -323,7 +324,7 @@ def data_warnings(
 
 
 def run_credit(
-    lake: Lake,
+    lake: LakeStore,
     *,
     estimator: str = AUTO,
     gamma: float = 1.0,
@@ -399,13 +400,12 @@ def run_credit(
         report.existing = True
         report.warnings = data_warnings(trajectories, estimator, None, {}, missing_task)
         return report
-    if estimator == "judge":
+    spec = value_source_spec(estimator)
+    if spec.needs_lake:
         source_kw.setdefault("lake", lake)  # the judge caches its calls in the lake
-    if estimator in TRANSCRIPT_SOURCES:
-        source_kw.update(lake=lake, at=snap)  # they read the observations of the turns
-    if estimator.startswith("value-model:") and Path(estimator.split(":", 1)[1]).is_dir():
-        source_kw.update(lake=lake, at=snap)  # a neural prefix model reads the messages
-    source = value_source(estimator, **source_kw)
+    if spec.reads_observations:
+        source_kw.update(lake=lake, at=snap)  # they read the observations or messages
+    source = spec.build(estimator, **source_kw)
     values = source.values(trajectories) if trajectories else {}
     report.warnings = data_warnings(trajectories, estimator, source, values, missing_task)
     for warning in report.warnings:
@@ -438,7 +438,7 @@ INPUT_TABLES = ("trajectories", "messages", "labels")
 """Tables a credit run reads; snapshots that differ only elsewhere hold the same input."""
 
 
-def input_snapshot(lake: Lake, at: SnapshotRef = None) -> int:
+def input_snapshot(lake: LakeStore, at: SnapshotRef = None) -> int:
     """The snapshot a run at `at` reads, as the first snapshot with the same input tables.
 
     Commits that touch only other tables (credit runs, scores) do not change a run's input,
@@ -457,9 +457,10 @@ def input_snapshot(lake: Lake, at: SnapshotRef = None) -> int:
 
 
 def _stored_run_matches(
-    lake: Lake, run_name: str, estimator: str, params: dict[str, Any], snap: int
+    lake: LakeStore, run_name: str, estimator: str, params: dict[str, Any], snap: int
 ) -> bool:
-    stored = lake.sql(
+    stored = sql(
+        lake,
         "SELECT DISTINCT estimator, params, source_snapshot FROM credits WHERE run_name = ?",
         [run_name],
     ).to_dicts()
@@ -475,9 +476,10 @@ def _stored_run_matches(
     return True
 
 
-def list_credit_runs(lake: Lake, *, at: SnapshotRef = None) -> list[dict[str, Any]]:
+def list_credit_runs(lake: LakeStore, *, at: SnapshotRef = None) -> list[dict[str, Any]]:
     """The credit runs stored at a snapshot: name, estimator, params, source snapshot, counts."""
-    rows = lake.sql(
+    rows = sql(
+        lake,
         "SELECT run_name, any_value(estimator) AS estimator, any_value(params) AS params, "
         "any_value(source_snapshot) AS source_snapshot, "
         "count(DISTINCT trajectory_id) AS trajectories, count(*) AS turns, "
@@ -490,7 +492,7 @@ def list_credit_runs(lake: Lake, *, at: SnapshotRef = None) -> list[dict[str, An
     return rows
 
 
-def diagnostics(lake: Lake, run_name: str, *, at: SnapshotRef = None) -> dict[str, Any]:
+def diagnostics(lake: LakeStore, run_name: str, *, at: SnapshotRef = None) -> dict[str, Any]:
     """Orchard's diagnostics of a run (over unresolved trajectories unless said otherwise).
 
     - `inverted_u`: share of unresolved trajectories with ≥ 2 turns whose value curve
@@ -500,7 +502,8 @@ def diagnostics(lake: Lake, run_name: str, *, at: SnapshotRef = None) -> dict[st
     - `tokens_kept`: kept completion tokens / all completion tokens, over every trajectory
       (None when no token counts are stored); `turns_kept` the same over turns.
     """
-    rows = lake.sql(
+    rows = sql(
+        lake,
         "SELECT trajectory_id, thread, turn, value_before, value_after, mask, segment_id, "
         "source_snapshot FROM credits WHERE run_name = ? "
         "ORDER BY trajectory_id, thread, turn",
@@ -515,11 +518,12 @@ def diagnostics(lake: Lake, run_name: str, *, at: SnapshotRef = None) -> dict[st
         by_traj[(row["trajectory_id"], row["thread"])].append(row)
     resolved_ids = {
         r["trajectory_id"]
-        for r in lake.sql("SELECT trajectory_id FROM outcomes WHERE resolved", at=snap).to_dicts()
+        for r in sql(lake, "SELECT trajectory_id FROM outcomes WHERE resolved", at=snap).to_dicts()
     }
     tokens = {
         (r["trajectory_id"], r["thread"], r["turn"]): r["completion_tokens"]
-        for r in lake.sql(
+        for r in sql(
+            lake,
             "SELECT trajectory_id, thread, turn, completion_tokens FROM messages "
             "WHERE role = 'assistant' AND turn IS NOT NULL",
             at=snap,

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trajlake._query_views import DERIVED_VIEWS, VIEW_TABLES
-from trajlake._query_where import where_ids
 from trajlake.credit._types import TrajectoryTurns, Turn
+from trajlake.query import DERIVED_VIEWS, VIEW_TABLES, sql, where_ids
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 TURNS_VIEW_SQL = DERIVED_VIEWS["turns"]
 """The `turns` derived view: one row per agent turn (reads `messages`)."""
@@ -47,7 +46,7 @@ def turns_query(*, where: str | None = None, thread: str | None = "main") -> str
 
 
 def load_turns(
-    lake: Lake,
+    lake: LakeStore,
     *,
     at: SnapshotRef = None,
     where: str | None = None,
@@ -66,7 +65,7 @@ def load_turns(
         comes from the `outcomes` view (labels beat what the rollout recorded).
     """
     params = None if thread is None else {"thread": thread}
-    rows = lake.sql(turns_query(where=where, thread=thread), params, at=at).to_dicts()
+    rows = sql(lake, turns_query(where=where, thread=thread), params, at=at).to_dicts()
     return group_turns(rows)
 
 

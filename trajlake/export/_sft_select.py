@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from trajlake.errors import MaskRuleMismatch, NoSuchCreditRun, TrajlakeError
 from trajlake.export.jsonl import iter_canonical
+from trajlake.query import sql
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 logger = logging.getLogger(__name__)
 
@@ -65,16 +66,16 @@ def split_of(task_id: str, seed: int, val_frac: float) -> Split:
     return "val" if u < val_frac else "train"
 
 
-def credit_run_params(lake: Lake, run: str, *, at: SnapshotRef = None) -> dict[str, Any]:
+def credit_run_params(lake: LakeStore, run: str, *, at: SnapshotRef = None) -> dict[str, Any]:
     """The stored parameters of credit run `run` (NoSuchCreditRun naming the runs available)."""
-    rows = lake.sql(
-        "SELECT any_value(params) AS params FROM credits WHERE run_name = ?", [run], at=at
+    rows = sql(
+        lake, "SELECT any_value(params) AS params FROM credits WHERE run_name = ?", [run], at=at
     ).to_dicts()
     if not rows or rows[0]["params"] is None:
         names = [
             r["run_name"]
-            for r in lake.sql(
-                "SELECT DISTINCT run_name FROM credits ORDER BY run_name", at=at
+            for r in sql(
+                lake, "SELECT DISTINCT run_name FROM credits ORDER BY run_name", at=at
             ).to_dicts()
         ]
         available = ", ".join(names) if names else "none (compute one with `trajlake credit run`)"
@@ -85,7 +86,9 @@ def credit_run_params(lake: Lake, run: str, *, at: SnapshotRef = None) -> dict[s
     return params
 
 
-def check_mask_rule(lake: Lake, credit: str | None, mask: str | None, *, at: SnapshotRef) -> str:
+def check_mask_rule(
+    lake: LakeStore, credit: str | None, mask: str | None, *, at: SnapshotRef
+) -> str:
     """The mask rule in force: the credit run's stored rule (`mask`, if given, must equal it).
 
     Masks are not recomputed at export: the run's stored mask/weight are what was reviewed
@@ -170,10 +173,11 @@ def _conversation(
 
 
 def credit_weights(
-    lake: Lake, run: str, ids: list[str], *, at: SnapshotRef
+    lake: LakeStore, run: str, ids: list[str], *, at: SnapshotRef
 ) -> dict[str, dict[int, float]]:
     """(trajectory → turn → weight if mask else 0.0) for the main thread of run `run`."""
-    rows = lake.sql(
+    rows = sql(
+        lake,
         "SELECT trajectory_id, turn, CASE WHEN mask THEN weight ELSE 0.0 END AS w FROM credits "
         "WHERE run_name = ? AND thread = 'main' AND trajectory_id IN (SELECT unnest(?::VARCHAR[]))",
         [run, ids],
@@ -197,7 +201,7 @@ def _chunks(items: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
 
 
 def select_conversations(
-    lake: Lake,
+    lake: LakeStore,
     *,
     at: SnapshotRef = None,
     where: str | None = None,

@@ -29,7 +29,7 @@ from trajlake.export.jsonl import ExportReport, iter_canonical
 from trajlake.ingest.atif import RAW_ARGUMENTS, TRAJLAKE_EXTRA
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 SCHEMA_VERSION = "ATIF-v1.6"
 UNKNOWN = "unknown"
@@ -220,7 +220,7 @@ def file_name(trajectory_id: str) -> str:
 
 
 def _documents(
-    lake: Lake, at: int, where: str | None, progress: Progress
+    lake: LakeStore, at: int, where: str | None, progress: Progress
 ) -> Iterator[tuple[str, dict[str, Any], int]]:
     """(trajectory id, ATIF document, messages exported) per selected trajectory."""
     for obj in iter_canonical(lake, at=at, where=where):
@@ -253,7 +253,7 @@ def _write_directory(
 
 
 def export_atif(
-    lake: Lake,
+    lake: LakeStore,
     out: str,
     *,
     at: SnapshotRef = None,

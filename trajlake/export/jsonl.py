@@ -18,12 +18,11 @@ from fsspec.utils import infer_compression
 
 from trajlake._names import refuse_inside_lake
 from trajlake._progress import NullProgress, Progress
-from trajlake._query_where import where_ids
-from trajlake.query import QuerySession
+from trajlake.query import QuerySession, open_session, where_ids
 from trajlake.records import assemble_canonical, table_to_rows
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 _CHUNK = 500
 
@@ -97,14 +96,14 @@ def _id_chunks(
 
 
 def iter_canonical(
-    lake: Lake,
+    lake: LakeStore,
     *,
     at: SnapshotRef = None,
     where: str | None = None,
     ids: Sequence[str] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Canonical trajectory objects at a snapshot, optionally filtered by a SQL WHERE clause."""
-    with lake.query(at) as session:
+    with open_session(lake, at) as session:
         for chunk in _id_chunks(session, where, ids):
             session.connection.execute(
                 "CREATE OR REPLACE TEMP TABLE __ids AS SELECT unnest(?) AS id", [chunk]
@@ -123,7 +122,7 @@ def iter_canonical(
 
 
 def read_canonical(
-    lake: Lake,
+    lake: LakeStore,
     *,
     at: SnapshotRef = None,
     ids: Sequence[str] | None = None,
@@ -138,7 +137,7 @@ def _open_output(path: str) -> Any:
 
 
 def export_jsonl(
-    lake: Lake,
+    lake: LakeStore,
     out: str,
     *,
     at: SnapshotRef = None,

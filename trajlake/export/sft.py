@@ -35,7 +35,7 @@ from trajlake.export._sft_select import (
 from trajlake.records import rows_for_table
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake, Snapshot, SnapshotRef
+    from trajlake.lake import LakeStore, Snapshot, SnapshotRef
 
 _CHECK_CHUNK = 500
 
@@ -192,7 +192,7 @@ def _check_conversation(conv: SftConversation, allow_untrained: bool) -> None:
 
 
 def _check_weights(
-    lake: Lake, credit: str, min_weight: float, snapshot: int, batch: list[SftConversation]
+    lake: LakeStore, credit: str, min_weight: float, snapshot: int, batch: list[SftConversation]
 ) -> None:
     """Re-read the run's rows and compare every assistant weight with weight×mask."""
     stored = credit_weights(lake, credit, [c.trajectory_id for c in batch], at=snapshot)
@@ -289,7 +289,7 @@ def _prepare_out(out: str) -> tuple[Any, str]:
     return fs, root
 
 
-def _source_snapshot(lake: Lake, at: SnapshotRef) -> Snapshot:
+def _source_snapshot(lake: LakeStore, at: SnapshotRef) -> Snapshot:
     """The snapshot read: `at`; at the head, the one before trailing export records, which
     change no table an export reads (so exporting twice at the head writes the same files)."""
     snap = lake.snapshot(at)
@@ -304,7 +304,7 @@ def _source_snapshot(lake: Lake, at: SnapshotRef) -> Snapshot:
     return snap
 
 
-def _record_export(lake: Lake, manifest: dict[str, Any], uri: str) -> str:
+def _record_export(lake: LakeStore, manifest: dict[str, Any], uri: str) -> str:
     """Commit the export's `exports` row (a no-op when the same export is already recorded)."""
     identity = json.dumps({"manifest": manifest, "uri": uri}, sort_keys=True, ensure_ascii=False)
     export_id = hashlib.sha256(identity.encode()).hexdigest()[:16]
@@ -320,7 +320,7 @@ def _record_export(lake: Lake, manifest: dict[str, Any], uri: str) -> str:
         "uri": uri,
         "manifest": manifest,
         "counts": {s: {k: v for k, v in c.items() if k != "files"} for s, c in splits},
-        "created_at": dt.datetime.now(dt.timezone.utc),
+        "created_at": dt.datetime.now(dt.UTC),
     }
     summary = {"export_id": export_id, "format": manifest["format"]}
     lake.commit({"exports": rows_for_table("exports", [row])}, operation="export", summary=summary)
@@ -328,7 +328,7 @@ def _record_export(lake: Lake, manifest: dict[str, Any], uri: str) -> str:
 
 
 def export_sft(
-    lake: Lake,
+    lake: LakeStore,
     out: str,
     *,
     format: str,

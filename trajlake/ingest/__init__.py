@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from trajlake.ingest._registry import adapters, detect, format_names, get_adapter
     from trajlake.ingest._sources import SourceFile, expand_sources
     from trajlake.ingest.labels import LABEL_FORMATS, LabelReport, attach_labels, read_labels
-    from trajlake.ingest.redact import AllowList, redact_uri
+    from trajlake.redact import AllowList, redact_uri
 
 # Imported on first use: a parsing worker imports only the adapter it runs, not the pipeline
 # (and through it the lake layer) that drives it.
@@ -34,7 +34,7 @@ _LAZY = {
     **dict.fromkeys(
         ["LABEL_FORMATS", "LabelReport", "attach_labels", "read_labels"], "trajlake.ingest.labels"
     ),
-    **dict.fromkeys(["AllowList", "redact_uri"], "trajlake.ingest.redact"),
+    **dict.fromkeys(["AllowList", "redact_uri"], "trajlake.redact"),
 }
 
 

@@ -3,13 +3,15 @@
 An adapter never raises on bad data: it yields a `BadRecord` naming the line and field, and
 goes on with the rest of the file, so one broken record never costs the good ones. Lines are
 read with a length limit (`Limits.max_line_bytes`): an over-long line is passed, not held.
+`to_parsed` is that contract for one record (mapping and validation errors alike), and
+`parse_document` the same for a whole-file JSON document.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, ClassVar, Protocol
 
@@ -125,9 +127,61 @@ def bad_from_validation(error: ValidationError, **where: Any) -> BadRecord:
     )
 
 
+def to_parsed(
+    build: dict[str, Any] | Callable[[], dict[str, Any]],
+    *,
+    line: int | None = None,
+    offset: int | None = None,
+    raw: bytes | Callable[[], tuple[bytes, int]],
+    finish: Callable[[CanonicalTrajectory], CanonicalTrajectory] | None = None,
+) -> Parsed:
+    """The trajectory that `build()` maps a source record to (or the mapped record `build`),
+    validated, or why there is none.
+
+    The one error contract of every adapter: a ValueError or TypeError of the mapping (or of
+    `finish`, run on the validated record) is a BadRecord with its message; a pydantic error is
+    one naming the first failing field (`bad_from_validation`). `raw` is the record's bytes, or
+    a function giving them bounded with their size (a re-serialised value): it runs only for a
+    bad record, so good records pay nothing for quarantine.
+    """
+    try:
+        record = CanonicalTrajectory.model_validate(build if isinstance(build, dict) else build())
+        if finish is not None:
+            record = finish(record)
+    except ValidationError as e:
+        kept, size = bounded(raw) if isinstance(raw, bytes) else raw()
+        return bad_from_validation(e, line=line, offset=offset, raw=kept, raw_size=size)
+    except (ValueError, TypeError) as e:
+        kept, size = bounded(raw) if isinstance(raw, bytes) else raw()
+        return BadRecord(str(e), line, offset, None, kept, size)
+    return ParsedTrajectory(record, line=line, offset=offset)
+
+
 def bounded(raw: bytes) -> tuple[bytes, int]:
     """The raw bytes truncated to RAW_LIMIT, and the original size."""
     return raw[:RAW_LIMIT], len(raw)
+
+
+def read_document(stream: IO[bytes]) -> Any | BadRecord:
+    """A whole-file JSON document, or one BadRecord for the file when it does not parse."""
+    return parse_document(stream.read())
+
+
+def parse_document(data: bytes) -> Any | BadRecord:
+    """The JSON document in `data`, or one BadRecord for the file when it does not parse."""
+    kept, size = bounded(data)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return BadRecord(f"invalid UTF-8 at byte {e.start} of the file", None, 0, None, kept, size)
+    except json.JSONDecodeError as e:
+        where = f"line {e.lineno} column {e.colno}"
+        return BadRecord(f"malformed JSON: {e.msg} at {where}", e.lineno, 0, None, kept, size)
+
+
+def raw_json(value: Any) -> tuple[bytes, int]:
+    """A parsed value re-serialised for quarantine (bounded) and its size."""
+    return bounded(json.dumps(value, ensure_ascii=False, default=str).encode())
 
 
 def iter_json_lines(stream: IO[bytes]) -> Iterator[tuple[int, int, bytes, Any | BadRecord]]:

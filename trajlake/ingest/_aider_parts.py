@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajlake.ingest._values import parse_time
 from trajlake.schema import Message
+from trajlake.wire.values import parse_time
 
 SESSION_RE = re.compile(r"^# aider chat started at (\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)\s*$")
 _FENCE_RE = re.compile(r"^\s*(`{3,}|~{3,})")
@@ -84,6 +84,8 @@ def classify(body: list[str]) -> list[Block]:
     previous_blank = True
     for raw in body:
         text = raw.rstrip("\n")
+        # Aider ends each line it writes itself with Markdown's two-space break; a model's
+        # reply does not, so inside a fence only such lines count as aider's.
         harness = text.endswith("  ") or not in_fence
         if text.startswith("####") and harness:
             kind, content, in_fence = "user", text[5:].rstrip(), False
@@ -171,7 +173,7 @@ def session_messages(session: Session) -> tuple[list[dict[str, Any]], dict[str, 
     model: str | None = None
     last_reply: dict[str, Any] | None = None
     for block in session.blocks:
-        if block.kind == "quote":
+        if block.kind == "quote":  # a `/model` switch mid-session names the model of later replies
             model = _scan_banner(block.lines, info) or model
         if block.kind == "quote" and not messages:
             banner.extend(block.lines)
@@ -182,7 +184,7 @@ def session_messages(session: Session) -> tuple[list[dict[str, Any]], dict[str, 
                 _annotate(last_reply, block.lines)
                 cost = (last_reply.get("attrs") or {}).get("cost_usd_session")
                 info["cost_usd"] = cost if cost is not None else info["cost_usd"]
-                last_reply = None
+                last_reply = None  # a usage line belongs to the reply right above it, only
         elif block.kind == "user":
             messages.append({"role": "user", "content": block.text})
             last_reply = None

@@ -23,9 +23,6 @@ Decisions (documented here once, used by `claude_code`):
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -33,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajlake.ingest._adapter import BadRecord, bounded
-from trajlake.ingest._values import parse_time
+from trajlake.wire.anthropic import text_and_parts
+from trajlake.wire.values import parse_time
 
 MESSAGE_TYPES = frozenset({"user", "assistant"})
 _LEAF_TYPES = frozenset({"user", "assistant", "system"})
@@ -147,41 +145,6 @@ def small_scalars(values: Mapping[str, Any]) -> dict[str, Any]:
         if short_text or isinstance(value, bool | int | float):
             kept[key] = value
     return kept
-
-
-def media_part(block: dict[str, Any]) -> dict[str, Any]:
-    """An image/document block by reference: inline base64 is replaced by its sha256."""
-    kind = "image" if block.get("type") == "image" else "file"
-    source: dict[str, Any] = block["source"] if isinstance(block.get("source"), dict) else {}
-    mime = source.get("media_type")
-    if source.get("type") == "url" and isinstance(source.get("url"), str):
-        return {"type": kind, "uri": source["url"], "mime_type": mime}
-    data = source.get("data")
-    if not isinstance(data, str):
-        return {"type": kind, "mime_type": mime}
-    try:
-        raw = base64.b64decode(data, validate=False)
-    except (binascii.Error, ValueError):
-        raw = data.encode()
-    digest = hashlib.sha256(raw).hexdigest()
-    return {"type": kind, "uri": f"data-sha256:{digest}", "mime_type": mime, "sha256": digest}
-
-
-def text_and_parts(content: object) -> tuple[str | None, list[dict[str, Any]] | None]:
-    """Text of a content value (str or blocks) and, when it has media, its parts."""
-    if isinstance(content, str):
-        return content, None
-    texts: list[str] = []
-    media: list[dict[str, Any]] = []
-    for block in content if isinstance(content, list) else ():
-        if isinstance(block, dict) and block.get("type") == "text":
-            texts.append(str(block.get("text", "")))
-        elif isinstance(block, dict) and block.get("type") in ("image", "document"):
-            media.append(media_part(block))
-    text = "\n".join(texts) if texts else None
-    if not media:
-        return text, None
-    return text, ([{"type": "text", "text": text}] if text else []) + media
 
 
 def _exit_code(tool: str | None, text: str | None, failed: bool) -> int | None:

@@ -1,4 +1,9 @@
-"""Codex rollout lines → message dicts: the state machine behind `codex` (see its docstring)."""
+"""Codex rollout lines → message dicts: the state machine behind `codex` (see its docstring).
+
+A Codex rollout marks where one model call ends only implicitly (the next input, a token count), so
+`Rollout` keeps the open assistant message and joins its pieces when the call closes. Kept apart
+from `codex.py`, which owns detection and the trajectory record, so each stays readable on its own.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ import re
 from collections import Counter
 from typing import Any
 
-from trajlake.ingest._values import as_int as _int
-from trajlake.ingest._values import image_part
+from trajlake.wire.parts import image_part
+from trajlake.wire.values import as_int as _int
 
 _CALLS = {
     "function_call": "function",
@@ -55,6 +60,7 @@ def _tool_result(value: object) -> tuple[str | None, int | None]:
         except ValueError:
             parsed = None
         exit_code = _int(_dict(_dict(parsed).get("metadata")).get("exit_code"))
+    # Only the head is searched: a huge output costs no more than a small one.
     if exit_code is None and (match := _EXIT.search(value[:4000])) is not None:
         exit_code = int(match.group(1))
     return value, exit_code
@@ -75,10 +81,16 @@ class Rollout:
         self.final_output: str | None = None
         self.last_event: str | None = None
         self.turn_id: str | None = None
+        # The assistant message of the model call in progress; its texts and reasoning arrive
+        # as separate items and are joined when the call closes (`_pieces`, keyed by id()).
         self._open: dict[str, Any] | None = None
         self._pieces: dict[int, tuple[list[str], list[str]]] = {}
+        # Assistant messages since the last token count: a count's `last_token_usage` belongs
+        # to a message only when exactly one was written in between.
         self._since_count: list[dict[str, Any]] = []
         self._names: dict[str, str] = {}
+        # A `compacted` line and a `context_compacted` event can announce the same compaction;
+        # this keeps the pair from opening two threads.
         self._just_compacted = False
 
     def item(self, payload: dict[str, Any], stamp: Any, copied: bool = False) -> None:

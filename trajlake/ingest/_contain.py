@@ -40,12 +40,16 @@ def contain(items: Iterator[Any]) -> Iterator[Any]:
                     break
                 continue
             watch.good += 1
+            # The full walk of a record is paid only when the parser counted a NaN/Infinity
+            # or a cheap look at its top-level numbers finds one.
             if watch.non_finite_parsed or _non_finite_scalars(item.record):
                 _clean_record(item, watch)
             yield item
     except Exception as e:  # one hostile file must never end the batch
         yield error_record(e, watch)
     finally:
+        # Closing the adapter's generator runs its own clean-up (open members, companion
+        # streams) also when reading stopped early.
         close = getattr(items, "close", None)
         if close is not None:
             close()

@@ -10,14 +10,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trajlake.ingest._openai_messages_parts import (
-    as_number,
-    content_fields,
-    drop_none,
-    json_text,
-    mapping,
-)
-from trajlake.ingest._values import parse_time
+from trajlake.wire.parts import content_fields
+from trajlake.wire.values import as_number, drop_none, json_text, mapping, parse_time
 
 ATTACHMENT = "attachment://"
 LETTER_SCORES = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}

@@ -27,8 +27,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajlake.ingest._values import as_int as _int
-from trajlake.ingest._values import image_part, parse_time
+from trajlake.wire.parts import image_part
+from trajlake.wire.values import as_int as _int
+from trajlake.wire.values import parse_time
 
 SKIPPED_ACTIONS = frozenset(
     {"change_agent_state", "recall", "condensation", "condensation_request", "null"}

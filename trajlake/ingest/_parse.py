@@ -19,17 +19,18 @@ from trajlake.ingest._adapter import BadRecord, Parsed, ParsedTrajectory
 from trajlake.ingest._contain import contain
 from trajlake.ingest._models import finish_model_fields
 from trajlake.ingest._registry import get_adapter
-from trajlake.ingest._rows import ParsedRow, RowFields, finish_row_models, redact_row
+from trajlake.ingest._rows import ParsedRow, RowFields, finish_row_models
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest.redact import (
+from trajlake.records import dict_rows, record_rows, rows_for_table, rows_to_tables
+from trajlake.redact import (
     AllowList,
     Redactor,
     redact_bytes,
+    redact_row,
     redact_text,
     redact_trajectory,
     redact_uri,
 )
-from trajlake.records import dict_rows, record_rows, rows_for_table, rows_to_tables
 from trajlake.schema import CanonicalTrajectory, Stage
 
 log = logging.getLogger(__name__)

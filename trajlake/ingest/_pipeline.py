@@ -35,11 +35,11 @@ from trajlake.ingest._registry import adapters, classify, get_adapter
 from trajlake.ingest._run_ids import EXPLICIT_ID_FORMATS, scope_ids
 from trajlake.ingest._sources import SourceFile, expand_sources
 from trajlake.ingest._worker import start_worker
-from trajlake.ingest.redact import AllowList, as_allow_list, redact_uri
+from trajlake.redact import AllowList, as_allow_list, redact_uri
 from trajlake.schema import Stage
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake
+    from trajlake.lake import LakeStore
 
 log = logging.getLogger(__name__)
 _EXAMPLES_PER_KIND = 20
@@ -124,7 +124,7 @@ class IngestOptions:
     batch_bytes: int = 128 * 1024 * 1024
     """Also commit once this much Arrow data is pending (long trajectories are big)."""
     redact: bool = True
-    """Replace secrets with typed placeholders (trajlake.ingest.redact)."""
+    """Replace secrets with typed placeholders (trajlake.redact)."""
     redact_personal: bool = False
     """Also replace personal data (e-mail addresses, phone numbers); credentials only if not."""
     allow_list: AllowList | str | os.PathLike[str] | None = None
@@ -161,7 +161,7 @@ class IngestOptions:
 class _Committer:
     """Collects parsed chunks and commits them in batches of `batch_size` trajectories."""
 
-    def __init__(self, lake: Lake, report: IngestReport, options: IngestOptions) -> None:
+    def __init__(self, lake: LakeStore, report: IngestReport, options: IngestOptions) -> None:
         self.lake = lake
         self.options = options
         self.report = report
@@ -385,7 +385,7 @@ def _run_tasks(
 
 
 def ingest(
-    lake: Lake,
+    lake: LakeStore,
     inputs: Sequence[str],
     *,
     format: str = "auto",
@@ -400,7 +400,7 @@ def ingest(
     report = IngestReport(ingest_id=uuid.uuid4().hex)
     stamp = Stamp(
         report.ingest_id,
-        dt.datetime.now(dt.timezone.utc),
+        dt.datetime.now(dt.UTC),
         options.generation,
         options.run_id,
         options.stage,

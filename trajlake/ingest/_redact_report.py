@@ -17,7 +17,7 @@ from trajlake.ingest._adapter import BadRecord, ParsedTrajectory
 from trajlake.ingest._contain import contain
 from trajlake.ingest._pipeline import IngestReport, _choose_adapters
 from trajlake.ingest._sources import SourceFile, expand_sources
-from trajlake.ingest.redact import (
+from trajlake.redact import (
     PLACEHOLDER_RE,
     AllowList,
     Finding,

@@ -1,5 +1,5 @@
 """Trajectories held as plain dicts on the hot ingest path: the item adapters yield for them,
-the shape check that lets a mapped record skip model validation, and their redaction.
+and the shape check that lets a mapped record skip model validation.
 
 A line-record chat adapter maps most lines to a dict that the record types would accept
 unchanged; validating it into pydantic objects and dumping them again costs more than the rest
@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
 from trajlake.ingest._models import finish_model_fields
-from trajlake.ingest.redact import Redactor, json_slots
 from trajlake.schema import CanonicalTrajectory
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -61,7 +59,33 @@ def unpaired_surrogate(raw: bytes, value: Any) -> str | None:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError as e:
         half = ascii(e.object[e.start : e.end])
-        return f"an escape leaves an unpaired UTF-16 surrogate ({half}), which UTF-8 cannot hold"
+        where = _surrogate_path(value)
+        at = f" at {where}" if where else ""
+        return (
+            f"an escape leaves an unpaired UTF-16 surrogate ({half}){at}, which UTF-8 cannot hold"
+        )
+    return None
+
+
+def _surrogate_path(value: Any, path: str = "") -> str | None:
+    """Where in a parsed line the first text UTF-8 cannot hold sits (`messages[0].content`)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "the line"
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{path}.{key}" if path else str(key)
+            found = _surrogate_path(key, inner) or _surrogate_path(item, inner)
+            if found:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _surrogate_path(item, f"{path}[{i}]")
+            if found:
+                return found
     return None
 
 
@@ -170,86 +194,3 @@ def plain_chat_record(record: dict[str, Any]) -> bool:
         return False
     messages = record.get("messages")
     return isinstance(messages, list) and all(_plain_message(m) for m in messages)
-
-
-def _row_slots(record: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
-    """The free-text places of a row trajectory, in the order `redact_trajectory` scans."""
-    for m in record["messages"]:
-        if m.get("content") is not None:
-            yield m, "content"
-        if m.get("reasoning") is not None:
-            yield m, "reasoning"
-        for part in m.get("parts") or ():
-            if part.get("text") is not None:
-                yield part, "text"
-        for call in m.get("tool_calls") or ():
-            if call.get("arguments") is not None:
-                yield call, "arguments"
-        if m.get("attrs"):
-            yield from json_slots(m["attrs"])
-    for name in ("final_output", "exit_reason"):
-        if record.get(name) is not None:
-            yield record, name
-    if record.get("attrs"):
-        yield from json_slots(record["attrs"])
-    if record.get("tools"):
-        yield from json_slots(record["tools"])
-
-
-def _json_texts(value: Any, out: list[str]) -> None:
-    """Append the strings of a JSON-like value to `out` in `json_slots` order."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            items: Iterable[Any] = node.values()
-        elif isinstance(node, list):
-            items = node
-        else:
-            continue
-        children = []
-        for item in items:
-            if isinstance(item, str):
-                out.append(item)
-            elif isinstance(item, (dict, list)):
-                children.append(item)
-        stack.extend(reversed(children))
-
-
-def row_texts(record: dict[str, Any]) -> list[str]:
-    """The free texts of a row trajectory in redaction order (`_row_slots`, without slots)."""
-    out: list[str] = []
-    add = out.append
-    for m in record["messages"]:
-        if (text := m.get("content")) is not None:
-            add(text)
-        if (text := m.get("reasoning")) is not None:
-            add(text)
-        for part in m.get("parts") or ():
-            if (text := part.get("text")) is not None:
-                add(text)
-        for call in m.get("tool_calls") or ():
-            if (text := call.get("arguments")) is not None:
-                add(text)
-        if m.get("attrs"):
-            _json_texts(m["attrs"], out)
-    for name in ("final_output", "exit_reason"):
-        if (text := record.get(name)) is not None:
-            add(text)
-    for name in ("attrs", "tools"):
-        if record.get(name):
-            _json_texts(record[name], out)
-    return out
-
-
-def redact_row(record: dict[str, Any], redactor: Redactor) -> int:
-    """Replace the secrets of a row trajectory in place, as `redact_trajectory` does."""
-    texts = row_texts(record)
-    new_texts, count = redactor.redact_texts(texts)
-    if not count:  # most trajectories hold no secret: their places are never looked up
-        return 0
-    slots = list(_row_slots(record))
-    for (holder, key), old, new in zip(slots, texts, new_texts, strict=True):
-        if new is not old:
-            holder[key] = new
-    return count

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 RUN_SEPARATOR = "@"
 EXPLICIT_ID_FORMATS = frozenset({"canonical"})
 """Formats whose records carry their own `trajectory_id`: never scoped."""
+# Parent ids are scoped too, so a subagent's rollout still names its session within the run.
 _ID_COLUMNS = {
     "trajectories": ("trajectory_id", "parent_trajectory_id"),
     "messages": ("trajectory_id",),

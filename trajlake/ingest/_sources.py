@@ -22,6 +22,7 @@ from trajlake.errors import TrajlakeError
 from trajlake.ingest._limits import guard
 
 _SKIP_NAMES = {".DS_Store", ".gitignore", ".gitattributes", "LICENSE", "LICENSE.txt", "NOTICE"}
+# A lake's own metadata folders (`_trajlake`, `_delta_log`) and tool folders hold no rollouts.
 _SKIP_DIRS = {".git", "__pycache__", "_trajlake", "_delta_log"}
 
 
@@ -66,6 +67,7 @@ class SourceFile:
 
 def _walk_local(root: str) -> Iterator[str]:
     for directory, dirs, files in os.walk(root):
+        # Sorted: a folder ingests in the same order on every system and every run.
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
         for name in sorted(files):
             # Hidden files are read: some tools log there (aider's `.aider.chat.history.md`).

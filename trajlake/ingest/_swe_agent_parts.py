@@ -1,4 +1,10 @@
-"""History-entry pieces of SWE-agent `.traj` files: content parts, inline images, tool calls."""
+"""History-entry pieces of SWE-agent `.traj` files: content parts, inline images, tool calls.
+
+Inline base64 images become `data-sha256:<hash>` references with an image part, so binary payloads
+stay out of message text (as `schema.ContentPart` requires); the hash is of the decoded bytes, as a
+content-addressed blob store would name them. Used by `swe_agent` (and `mini_swe_agent` for
+`number_messages`).
+"""
 
 from __future__ import annotations
 

@@ -11,15 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajlake.ingest._openai_messages_parts import (
-    as_number,
-    base64_part,
-    drop_none,
-    json_text,
-    mapping,
-    name_tool_results,
-)
-from trajlake.ingest._values import as_int, parse_time
+from trajlake.wire.chat import name_tool_results
+from trajlake.wire.parts import base64_part
+from trajlake.wire.values import as_int, as_number, drop_none, json_text, mapping, parse_time
 
 _PARTIES = (("agent", "assistant"), ("user", "user"))
 """Tick key prefix → role: `agent_chunk`, `agent_tool_calls`, `agent_tool_results`, …"""

@@ -44,8 +44,9 @@ from trajlake.ingest._adapter import (
     stable_id,
 )
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest._values import image_part, parse_time
 from trajlake.schema import CanonicalTrajectory, ContentPart
+from trajlake.wire.parts import image_part
+from trajlake.wire.values import parse_time
 
 _BLOCK_RE = re.compile(r"^(TO LLM|LLM RESPONSE) (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S*)\s*$")
 _ROLE_RE = re.compile(r"^(SYSTEM|USER|ASSISTANT|TOOL)(?: |$)")
@@ -116,7 +117,7 @@ def _lines(stream: IO[bytes]) -> tuple[list[md.Line], list[int]]:
     for number, raw in enumerate(stream, start=1):
         try:
             text = raw.decode("utf-8")
-        except UnicodeDecodeError:
+        except UnicodeDecodeError:  # one bad byte must not lose the log; the line is noted
             text = raw.decode("utf-8", errors="replace")
             bad.append(number)
         out.append((number, offset, text.rstrip("\r\n")))
@@ -150,6 +151,8 @@ def _read_chat(lines: list[md.Line], undecodable: list[int]) -> Iterator[Parsed]
             attrs["weak_model"] = weak
         if undecodable:
             attrs["undecodable_lines"] = undecodable
+        # From the session's start only: aider appends to the log, so a session re-read from a
+        # longer file keeps its id and is updated rather than stored twice.
         first_user = next(m["content"] for m in messages if m["role"] == "user")
         tid = stable_id("aider", "chat", session.header, attrs.get("banner"), first_user)
         yield _build(tid, info, messages, (session.line, session.offset))
@@ -287,5 +290,6 @@ def _read_llm(lines: list[md.Line], undecodable: list[int]) -> Iterator[Parsed]:
             "ended_at": parse_time(last.received or last.sent),
             "attrs": attrs,
         }
+        # The first call fixes the id: later calls of the conversation may still be appended.
         tid = stable_id("aider", "llm", first.sent, digest)
         yield _build(tid, fields, _conversation(chain), (first.line, first.offset))

@@ -17,35 +17,28 @@ its native session is compared with it (see `harbor`); plain ATIF has no outcome
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import IO, Any, ClassVar
 
-from pydantic import ValidationError
-
 from trajlake.ingest._adapter import (
     BadRecord,
     Parsed,
     ParsedTrajectory,
-    bad_from_validation,
     bounded,
     iter_json_lines,
+    parse_document,
     stable_id,
+    to_parsed,
 )
 from trajlake.ingest._models import finish_model_fields
-from trajlake.ingest._openai_messages_parts import (
-    as_number,
-    content_fields,
-    drop_none,
-    json_text,
-    mapping,
-    parse_document,
-)
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest._values import parse_time
 from trajlake.ingest.harbor import apply_trial, read_trial, trial_folder
 from trajlake.schema import CanonicalTrajectory
+from trajlake.wire.parts import content_fields
+from trajlake.wire.values import as_number, drop_none, json_text, mapping, parse_time
 
 TRAJLAKE_EXTRA = "trajlake"
 """Key of `extra` (root and step) holding what trajlake's exporter has no ATIF field for."""
@@ -97,6 +90,7 @@ class AtifAdapter:
         if isinstance(head, dict) and "schema_version" in head:
             yield _parsed(head, first, 1, 0)
             for line, offset, raw, value in iter_json_lines(stream):
+                # Positions count from after the first line, which was read to detect JSONL.
                 if isinstance(value, BadRecord):
                     value.line, value.offset = line + 1, offset + len(first)
                     yield value
@@ -124,16 +118,18 @@ def _with_trial(source: SourceFile, record: CanonicalTrajectory) -> None:
 
 
 def _parsed(value: Any, raw: bytes | None, line: int | None, offset: int) -> Parsed:
-    kept, size = bounded(raw if raw is not None else json.dumps(value, default=str).encode())
-    try:
-        record = CanonicalTrajectory.model_validate(_record(value))
-        if not _ours(value):  # trajlake's own exports restore their fields as they were
-            finish_model_fields(record)
-    except ValidationError as e:
-        return bad_from_validation(e, line=line, offset=offset, raw=kept, raw_size=size)
-    except (ValueError, TypeError) as e:
-        return BadRecord(str(e), line, offset, None, kept, size)
-    return ParsedTrajectory(record, line=line, offset=offset)
+    def finish(record: CanonicalTrajectory) -> CanonicalTrajectory:
+        # trajlake's own exports restore their fields as they were
+        return record if _ours(value) else finish_model_fields(record)
+
+    source = functools.partial(_dumped, value) if raw is None else raw
+    build = functools.partial(_record, value)
+    return to_parsed(build, line=line, offset=offset, raw=source, finish=finish)
+
+
+def _dumped(value: Any) -> tuple[bytes, int]:
+    """A whole-file document re-serialised for quarantine (bounded) and its size."""
+    return bounded(json.dumps(value, default=str).encode())
 
 
 def _arguments(value: Any) -> str | None:
@@ -269,6 +265,8 @@ def _step_messages(step: Any, default_model: Any, names: dict[str, str]) -> list
 
 def _totals(steps: list[Any], final: Mapping[str, Any]) -> dict[str, Any]:
     """Run totals from `final_metrics`, only when no step reports its own token counts."""
+    # Step counts are summed into the totals by `records.normalize`, which keeps totals that
+    # are set: taking final_metrics beside step counts could store totals that disagree.
     for step in steps:
         metrics = step.get("metrics") if isinstance(step, Mapping) else None
         if isinstance(metrics, Mapping) and (
@@ -326,6 +324,7 @@ def _record(doc: Any) -> dict[str, Any]:
         "total_steps": final.get("total_steps"),
         "total_cached_tokens": final.get("total_cached_tokens"),
     }
+    # Without a session id the content is the identity: the same file ingested again adds nothing.
     ident = [session] if isinstance(session, str) and session else [json.dumps(doc, sort_keys=True)]
     record = {
         "trajectory_id": stable_id("atif", *ident),

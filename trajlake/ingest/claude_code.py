@@ -40,9 +40,9 @@ from trajlake.ingest._adapter import (
 from trajlake.ingest._claude_code_parts import MESSAGE_TYPES, Converter, Rec, check, main_line
 from trajlake.ingest._models import finish_model_fields
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest._values import parse_time
 from trajlake.ingest.harbor import is_native_session
 from trajlake.schema import CanonicalTrajectory
+from trajlake.wire.values import parse_time
 
 _SUBAGENT = re.compile(r"^(?P<session>.*)/(?P<sid>[^/]+)/subagents/(?P<agent>agent-[^/]+)\.jsonl$")
 _RECORD_TYPES = MESSAGE_TYPES | {"system", "progress", "file-history-snapshot", "summary"}
@@ -182,6 +182,7 @@ class ClaudeCodeAdapter:
     def sniff(self, source: SourceFile, head: bytes) -> float:
         """Sure when an early line is a Claude Code record (type, sessionId, uuid/parentUuid)."""
         lines = head.split(b"\n")
+        # The head is cut at 64 KiB: then its last line may be partial and is not judged.
         complete = lines[:-1] if len(head) >= 65536 else lines
         for raw in itertools.islice((ln for ln in complete if ln.strip()), _SNIFF_LINES):
             try:
@@ -242,6 +243,8 @@ class ClaudeCodeAdapter:
         for thread, stream in _open_subagents(source):
             sub = _load(iter_json_lines(stream))
             for item in sub.bad:
+                # Its line and offset are in the subagent file, not in the session file whose
+                # quarantine row this becomes: they move into the message.
                 item.error = f"subagents/{thread}.jsonl line {item.line}: {item.error}"
                 item.field, item.line, item.offset = f"subagents/{thread}.jsonl", None, None
                 bad.append(item)
@@ -263,6 +266,7 @@ class ClaudeCodeAdapter:
         if session:  # Harbor's ATIF trajectory of this session has it as its `session_id`
             attrs["rollout_key"] = session
         data = self._trajectory(loaded, messages, attrs)
+        # By session id, not content: a live session ingested again later is an update.
         data["trajectory_id"] = stable_id(self.name, session or loaded.digest)
         return data, bad
 
@@ -273,7 +277,7 @@ class ClaudeCodeAdapter:
         for rec in records:
             root, seen = rec, set()
             while isinstance(root.obj.get("parentUuid"), str) and root.obj["parentUuid"] in by_uuid:
-                if root.uuid in seen:
+                if root.uuid in seen:  # a parentUuid loop in a damaged file
                     break
                 seen.add(root.uuid)
                 root = by_uuid[root.obj["parentUuid"]]

@@ -29,7 +29,6 @@ output.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from typing import IO, Any, ClassVar
 
@@ -45,10 +44,11 @@ from trajlake.ingest._adapter import (
     stable_id,
 )
 from trajlake.ingest._codex_parts import Rollout
+from trajlake.ingest._jsonl_adapter import first_line
 from trajlake.ingest._models import finish_model_fields
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
+from trajlake.wire.values import parse_time
 
 _ENVELOPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
 _META_FIELDS = ("id", "cwd", "originator", "source", "model_provider", "git", "instructions")
@@ -163,13 +163,13 @@ class CodexAdapter:
 
     def sniff(self, source: SourceFile, head: bytes) -> float:
         """Sure when the first line is a `session_meta` envelope; likely for other envelopes."""
-        first = head.lstrip().split(b"\n", 1)[0]
-        try:
-            obj = json.loads(first)
-        except ValueError:
+        first = first_line(head)
+        if not first.parsed:
             # A first line longer than the head (big base instructions): its leading keys.
-            meta = first.startswith(b'{"timestamp":') and b'"type":"session_meta"' in first[:80]
+            text = first.text
+            meta = text.startswith(b'{"timestamp":') and b'"type":"session_meta"' in text[:80]
             return 0.9 if meta else 0.0
+        obj = first.value
         if not isinstance(obj, dict) or not isinstance(obj.get("payload"), dict):
             return 0.0
         if obj.get("type") == "session_meta" and "cli_version" in obj["payload"]:

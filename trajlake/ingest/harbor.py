@@ -26,8 +26,8 @@ from typing import Any
 
 import fsspec
 
-from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory, Status
+from trajlake.wire.values import parse_time
 
 _TIMEOUTS = ("AgentTimeoutError", "VerifierTimeoutError", "EnvironmentStartTimeoutError")
 _TIMINGS = ("environment_setup", "agent_setup", "agent_execution", "verifier")
@@ -109,7 +109,7 @@ def _task(trial: Trial) -> tuple[str | None, str | None]:
     name = trial.result.get("task_name") or task.get("name")
     if not name and task.get("path"):
         name = posixpath.basename(str(task["path"]).rstrip("/"))
-    if not name and "__" in trial.name:
+    if not name and "__" in trial.name:  # trial folders are named `<task>__<suffix>`
         name = trial.name.rsplit("__", 1)[0]
     source = trial.result.get("source") or task.get("source") or task.get("git_url")
     return (str(name) if name else None), (str(source) if source else None)
@@ -154,6 +154,7 @@ def outcome(trial: Trial) -> dict[str, Any]:
     if not rewards:
         return {}
     reward = rewards.get("reward", next(iter(rewards.values())) if len(rewards) == 1 else None)
+    # Only a 0/1 reward says resolved or not; a graded one leaves `resolved` unknown.
     binary = reward is not None and reward in (0.0, 1.0)
     return {
         "rewards": rewards,
@@ -177,6 +178,7 @@ def _native_session(trial: Trial, session_id: Any) -> str | None:
     root = trial.file("agent", "sessions")
     if not trial.fs.isdir(root):
         return None
+    # Subagent transcripts are read with their session file, never as the session.
     found = sorted(
         str(p) for p in trial.fs.glob(posixpath.join(root, "**", "*.jsonl"))
         if "/subagents/" not in str(p)
@@ -293,7 +295,7 @@ def compare_native(record: CanonicalTrajectory, trial: Trial, path: str) -> dict
         parsed = [p for p in adapter.read(source, stream) if isinstance(p, ParsedTrajectory)]
     if not parsed:
         return {"uri": source.uri, "agrees": False, "why": "the session file has no trajectory"}
-    native = parsed[-1].record
+    native = parsed[-1].record  # an adapter yields a file's bad lines before its trajectory
     own = [m for m in native.messages if not m.thread.startswith("agent-")]
     theirs, ours = _sums(own), _sums(record.messages)
     session_id = (native.attrs or {}).get("rollout_key")

@@ -28,6 +28,8 @@ from trajlake.ingest._adapter import (
     Parsed,
     ParsedTrajectory,
     bad_from_validation,
+    raw_json,
+    read_document,
     stable_id,
 )
 from trajlake.ingest._inspect_ai_parts import (
@@ -38,17 +40,10 @@ from trajlake.ingest._inspect_ai_parts import (
     status,
 )
 from trajlake.ingest._models import finish_model_fields
-from trajlake.ingest._openai_messages_parts import (
-    content_fields,
-    drop_none,
-    first_str,
-    mapping,
-    raw_json,
-    read_document,
-)
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
+from trajlake.wire.parts import content_fields
+from trajlake.wire.values import drop_none, first_str, mapping, parse_time
 
 MAX_BUFFER = 1 << 30
 """Largest `.eval` read into memory when the stream cannot seek (remote, compressed)."""
@@ -80,7 +75,7 @@ class InspectAdapter:
 
     def read(self, source: SourceFile, stream: IO[bytes]) -> Iterator[Parsed]:
         """Every sample × epoch of the log, in order; a broken sample costs only itself."""
-        if stream.seekable():
+        if stream.seekable():  # zipfile needs random access; other streams are buffered below
             magic = stream.read(4)
             stream.seek(0)
             if magic == _ZIP_MAGIC:
@@ -140,6 +135,7 @@ def _sample_order(name: str) -> tuple[int, int, str]:
     match = _SAMPLE.match(name)
     assert match is not None
     sample_id = match["id"]
+    # By epoch, then numeric ids as numbers (2 before 10), then other ids by text.
     return (int(match["epoch"]), int(sample_id) if sample_id.isdigit() else 1 << 62, sample_id)
 
 
@@ -285,6 +281,7 @@ def _record(log: Mapping[str, Any], sample: Any) -> dict[str, Any]:
     return drop_none(
         {
             "trajectory_id": stable_id("inspect", *_eval_key(eval_, sample), sample_id, epoch),
+            # Sample ids (1, 2, …) repeat across tasks: the task name makes them one task each.
             "task_id": f"{task}/{sample_id}" if task else str(sample_id),
             "task_source": first_str([mapping(eval_.get("dataset")).get("name"), task]),
             "harness": "inspect_ai",

@@ -49,12 +49,12 @@ from trajlake.ingest._labels_parts import (
 from trajlake.ingest._sources import SourceFile, expand_sources
 from trajlake.ingest.harbor import is_trial_result
 from trajlake.ingest.harbor import label_rows as harbor_label_rows
-from trajlake.ingest.redact import Redactor, redact_json, redact_uri
 from trajlake.records import rows_for_table
+from trajlake.redact import Redactor, redact_json, redact_uri
 from trajlake.schema import Label
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake
+    from trajlake.lake import LakeStore
 
 log = logging.getLogger(__name__)
 
@@ -275,8 +275,11 @@ def read_labels(
     return _read(paths, format, run_id, storage_options).labels
 
 
-def _trajectories(lake: Lake, column: str, values: set[str]) -> list[tuple[str, str, str]]:
+def _trajectories(lake: LakeStore, column: str, values: set[str]) -> list[tuple[str, str, str]]:
     """(trajectory_id, task_id, run_id) of the trajectories whose `column` is among `values`."""
+    # Imported here: ingest workers import this package and should not load DuckDB.
+    from trajlake.query import sql
+
     found: list[tuple[str, str, str]] = []
     ordered = sorted(values)
     for start in range(0, len(ordered), _IN_CHUNK):
@@ -285,11 +288,11 @@ def _trajectories(lake: Lake, column: str, values: set[str]) -> list[tuple[str, 
             "SELECT trajectory_id, task_id, run_id FROM trajectories "
             f"WHERE {column} IN (SELECT unnest(?::VARCHAR[]))"
         )
-        found.extend(lake.sql(query, [chunk]).rows())
+        found.extend(sql(lake, query, [chunk]).rows())
     return found
 
 
-def _match(lake: Lake, labels: list[Label], report: LabelReport) -> None:
+def _match(lake: LakeStore, labels: list[Label], report: LabelReport) -> None:
     """Count matches; attach run-less task labels to their task's only trajectory."""
     by_id = {row[0] for row in _trajectories(lake, "trajectory_id", _ids(labels, True))}
     by_task: dict[str | None, list[tuple[str, str]]] = {}
@@ -321,7 +324,7 @@ def _ids(labels: list[Label], by_trajectory: bool) -> set[str]:
 
 
 def attach_labels(
-    lake: Lake,
+    lake: LakeStore,
     paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     format: LabelFormat = "auto",
@@ -339,7 +342,7 @@ def attach_labels(
         report.snapshot_id = lake.snapshot().snapshot_id
         return report
     _match(lake, read.labels, report)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     rows = [{**label.model_dump(), "created_at": now} for label in read.labels]
     summary = {"label_files": report.files, "labels": len(rows)}
     result = lake.commit(

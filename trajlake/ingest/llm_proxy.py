@@ -15,25 +15,11 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import IO, Any, ClassVar
 
-from pydantic import ValidationError
-
-from trajlake.ingest._adapter import (
-    BadRecord,
-    Parsed,
-    ParsedTrajectory,
-    bad_from_validation,
-    bounded,
-    stable_id,
-)
-from trajlake.ingest._openai_messages_parts import (
-    chat_message,
-    drop_none,
-    mapping,
-    name_tool_results,
-)
+from trajlake.ingest._adapter import Parsed, stable_id, to_parsed
+from trajlake.ingest._jsonl_adapter import first_line
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest._values import as_int, parse_time
-from trajlake.schema import CanonicalTrajectory
+from trajlake.wire.chat import chat_message, name_tool_results
+from trajlake.wire.values import as_int, drop_none, mapping, parse_time
 
 _MAGIC = b'{"version":"LLM_PROXY_V'
 _LAYOUT = ("req_header_len", "req_body_len", "res_header_len", "res_body_len")
@@ -50,26 +36,14 @@ class LlmProxyAdapter:
         """Sure when line 1 is the proxy's JSON header with its layout."""
         if not head.startswith(_MAGIC):
             return 0.0
-        first = head.partition(b"\n")[0]
-        try:
-            header = json.loads(first)
-        except ValueError:
-            return 0.0
+        header = first_line(head).value
         return 1.0 if isinstance(header, dict) and isinstance(header.get("layout"), dict) else 0.0
 
     def read(self, source: SourceFile, stream: IO[bytes]) -> Iterator[Parsed]:
         """One trajectory, or one BadRecord naming what is wrong with the file."""
         data = stream.read()
-        kept, size = bounded(data)
-        try:
-            record = CanonicalTrajectory.model_validate(_record(data))
-        except ValidationError as e:
-            yield bad_from_validation(e, line=1, offset=0, raw=kept, raw_size=size)
-            return
-        except (ValueError, TypeError) as e:  # json.JSONDecodeError and UnicodeError included
-            yield BadRecord(str(e), 1, 0, None, kept, size)
-            return
-        yield ParsedTrajectory(record, line=1, offset=0)
+        # json.JSONDecodeError and UnicodeError are ValueErrors: a bad record like the others.
+        yield to_parsed(lambda: _record(data), line=1, offset=0, raw=data)
 
 
 def _sections(data: bytes) -> tuple[dict[str, Any], bytes, bytes, bytes, bytes]:

@@ -43,10 +43,10 @@ from trajlake.ingest._keys import KeyStructure
 from trajlake.ingest._models import finish_model_fields, task_source_of
 from trajlake.ingest._sources import SourceFile
 from trajlake.ingest._swe_agent_parts import number_messages
-from trajlake.ingest._values import as_int as _int
-from trajlake.ingest._values import parse_time
 from trajlake.ingest.swe_agent import run_id_from_path
 from trajlake.schema import CanonicalTrajectory, Message, Status, ToolCall
+from trajlake.wire.values import as_int as _int
+from trajlake.wire.values import parse_time
 
 _HARNESS = "mini-swe-agent"
 _FORMAT_V1 = "mini-swe-agent-1"
@@ -109,7 +109,7 @@ def _apply_response(message: Message, response: Any) -> None:
         and isinstance(created, (int, float))
         and not isinstance(created, bool)
     ):
-        message.timestamp = dt.datetime.fromtimestamp(created, tz=dt.timezone.utc)
+        message.timestamp = dt.datetime.fromtimestamp(created, tz=dt.UTC)
     attrs = {k: response[k] for k in ("id", "provider") if response.get(k)}
     if usage.get("cost") is not None:
         attrs["cost_usd"] = usage["cost"]

@@ -13,31 +13,21 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import IO, Any, ClassVar
 
-from pydantic import ValidationError
-
 from trajlake.ingest._adapter import (
     BadRecord,
     Parsed,
-    ParsedTrajectory,
-    bad_from_validation,
     bounded,
     iter_json_lines,
     stable_id,
+    to_parsed,
 )
-from trajlake.ingest._openai_messages_parts import (
-    as_bool,
-    as_number,
-    chat_message,
-    drop_none,
-    first_str,
-    map_status,
-    maybe_json,
-    media_part,
-    name_tool_results,
-)
+from trajlake.ingest._jsonl_adapter import Builder, JsonLinesAdapter
 from trajlake.ingest._rows import ParsedRow, plain_chat_record
 from trajlake.ingest._sources import SourceFile
 from trajlake.schema import CanonicalTrajectory, Message
+from trajlake.wire.chat import chat_message, name_tool_results
+from trajlake.wire.parts import media_part
+from trajlake.wire.values import as_bool, as_number, drop_none, first_str, map_status, maybe_json
 
 _CANONICAL_KEYS = frozenset(CanonicalTrajectory.model_fields)
 # Keys only a canonical message has: their presence means the line is trajlake's own JSONL.
@@ -81,7 +71,7 @@ def _canonical_shaped(obj: dict[str, Any]) -> bool:
     return False
 
 
-class OpenAIMessagesAdapter:
+class OpenAIMessagesAdapter(JsonLinesAdapter):
     """Reads one OpenAI chat conversation per JSONL line (Orchard included)."""
 
     name: ClassVar[str] = "openai-messages"
@@ -92,30 +82,23 @@ class OpenAIMessagesAdapter:
     line_records: ClassVar[bool] = True
     """Every line is a whole conversation: big files can be parsed in chunks."""
 
-    def sniff(self, source: SourceFile, head: bytes) -> float:
+    def sniff_value(self, value: Any) -> float:
         """Sure when the first line is a chat conversation that is not a canonical line."""
-        first, newline, _ = head.lstrip().partition(b"\n")
-        try:
-            obj = json.loads(first)
-        except ValueError:
-            # A first line longer than the sniffed head: judge by how it starts.
-            starts = first.startswith((b'{"messages"', b'{"tools"', b'{"metadata"'))
-            return 0.6 if starts and not newline and b'"role"' in first else 0.0
-        if not _looks_like_chat(obj) or _canonical_shaped(obj):
+        if not _looks_like_chat(value) or _canonical_shaped(value):
             return 0.0
-        return 1.0 if "metadata" in obj else 0.9
+        return 1.0 if "metadata" in value else 0.9
 
-    def read(self, source: SourceFile, stream: IO[bytes]) -> Iterator[Parsed]:
-        """One trajectory per line; a line that does not map or validate becomes a BadRecord."""
-        for item in self._read(stream, fast=False):
-            assert not isinstance(item, ParsedRow)
-            yield item
+    def sniff_prefix(self, text: bytes, complete: bool) -> float:
+        """A first line longer than the sniffed head: judge by how it starts."""
+        starts = text.startswith((b'{"messages"', b'{"tools"', b'{"metadata"'))
+        return 0.6 if starts and not complete and b'"role"' in text else 0.0
+
+    def builder(self, source: SourceFile, stream: IO[bytes]) -> Builder:
+        """Every line maps alone."""
+        return _record
 
     def read_rows(self, source: SourceFile, stream: IO[bytes]) -> Iterator[ParsedRow | Parsed]:
         """As `read`, but lines whose mapping needs no validation come as plain `ParsedRow`s."""
-        return self._read(stream, fast=True)
-
-    def _read(self, stream: IO[bytes], fast: bool) -> Iterator[ParsedRow | Parsed]:
         for line, offset, raw, value in iter_json_lines(stream):
             if isinstance(value, BadRecord):
                 yield value
@@ -126,16 +109,10 @@ class OpenAIMessagesAdapter:
                 kept, size = bounded(raw)
                 yield BadRecord(str(e), line, offset, None, kept, size)
                 continue
-            if fast and plain_chat_record(record):
+            if plain_chat_record(record):
                 yield ParsedRow(record, line=line, offset=offset)
-                continue
-            try:
-                parsed = CanonicalTrajectory.model_validate(record)
-            except ValidationError as e:
-                kept, size = bounded(raw)
-                yield bad_from_validation(e, line=line, offset=offset, raw=kept, raw_size=size)
-                continue
-            yield ParsedTrajectory(parsed, line=line, offset=offset)
+            else:
+                yield to_parsed(record, line=line, offset=offset, raw=raw)
 
 
 def _decoded(obj: Mapping[str, Any], key: str, kind: type) -> Any:

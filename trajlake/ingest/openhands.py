@@ -40,8 +40,8 @@ from trajlake.ingest._adapter import (
 from trajlake.ingest._models import finish_model_fields, task_source_of
 from trajlake.ingest._openhands_parts import EventConverter, EventSummary
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
+from trajlake.wire.values import parse_time
 
 _EVENT_FILE = re.compile(r"(^|/)events/(\d+)\.json$")
 # An event list opens with an event object, whose first key is one of the envelope's.

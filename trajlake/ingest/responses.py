@@ -21,42 +21,25 @@ folder (`resources_servers/<env>/data/…`) and becomes `task_source`; a rollout
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import IO, Any, ClassVar
 
-from pydantic import ValidationError
-
-from trajlake.ingest._adapter import (
-    BadRecord,
-    Parsed,
-    ParsedTrajectory,
-    bad_from_validation,
-    bounded,
-    iter_json_lines,
-    stable_id,
-)
+from trajlake.ingest._adapter import stable_id
+from trajlake.ingest._jsonl_adapter import Builder, JsonLinesAdapter
 from trajlake.ingest._models import finish_model_fields
-from trajlake.ingest._openai_messages_parts import (
-    as_number,
-    content_fields,
-    drop_none,
-    first_str,
-    json_text,
-    mapping,
-)
 from trajlake.ingest._sources import SourceFile
-from trajlake.ingest._values import parse_time
 from trajlake.schema import CanonicalTrajectory
+from trajlake.wire.responses import ResponsesMessageBuilder
+from trajlake.wire.values import as_number, drop_none, first_str, mapping, parse_time
 
-_ROLES = {"developer": "system"}
-_CALL_TYPES = {"custom_tool": "custom"}  # item type without `_call` → ToolCall.type
 _NOT_REWARDS = ("_index", "_idx", "_time_s", "_bytes", "_total", "exit_code", "_count")
 _REWARD_GROUPS = ("reward", "score", "metric")
 _PARAMS = ("temperature", "top_p", "max_output_tokens", "tool_choice", "parallel_tool_calls")
 
 
-class ResponsesAdapter:
+class ResponsesAdapter(JsonLinesAdapter):
     """Reads one Responses-API rollout per JSONL line (NeMo Gym layout)."""
 
     name: ClassVar[str] = "responses"
@@ -65,41 +48,28 @@ class ResponsesAdapter:
         "(NeMo Gym example_rollouts.jsonl)"
     )
 
-    def sniff(self, source: SourceFile, head: bytes) -> float:
+    def sniff_value(self, value: Any) -> float:
         """Sure when the first line holds a Responses request and response."""
-        first, newline, _ = head.lstrip().partition(b"\n")
-        try:
-            obj = json.loads(first)
-        except ValueError:
-            starts = first.startswith(b'{"responses_create_params"')
-            return 0.9 if starts and not newline else 0.0
-        if not isinstance(obj, dict) or not isinstance(obj.get("response"), dict):
+        if not isinstance(value, dict) or not isinstance(value.get("response"), dict):
             return 0.0
-        response = obj["response"]
-        if "responses_create_params" in obj and "output" in response:
+        response = value["response"]
+        if "responses_create_params" in value and "output" in response:
             return 1.0
         return 0.9 if response.get("object") == "response" and "output" in response else 0.0
 
-    def read(self, source: SourceFile, stream: IO[bytes]) -> Iterator[Parsed]:
-        """One trajectory per line; a line that does not map or validate becomes a BadRecord."""
+    def sniff_prefix(self, text: bytes, complete: bool) -> float:
+        """A first line longer than the sniffed head: judge by its first key."""
+        return 0.9 if text.startswith(b'{"responses_create_params"') and not complete else 0.0
+
+    def builder(self, source: SourceFile, stream: IO[bytes]) -> Builder:
+        """Lines map with the file's environment and whether all its rewards are binary."""
         env = _environment(source.uri)
         binary = _binary_rewards(stream)
-        for line, offset, raw, value in iter_json_lines(stream):
-            if isinstance(value, BadRecord):
-                yield value
-                continue
-            kept, size = bounded(raw)
-            try:
-                parsed = finish_model_fields(
-                    CanonicalTrajectory.model_validate(_record(value, env, binary))
-                )
-            except ValidationError as e:
-                yield bad_from_validation(e, line=line, offset=offset, raw=kept, raw_size=size)
-                continue
-            except (ValueError, TypeError) as e:
-                yield BadRecord(str(e), line, offset, None, kept, size)
-                continue
-            yield ParsedTrajectory(parsed, line=line, offset=offset)
+        return functools.partial(_record, env=env, binary=binary)
+
+    def finish(self, record: CanonicalTrajectory) -> CanonicalTrajectory:
+        """The model fields derived from the messages (`finish_model_fields`)."""
+        return finish_model_fields(record)
 
 
 def _binary_rewards(stream: IO[bytes]) -> bool | None:
@@ -129,109 +99,6 @@ def _environment(uri: str) -> str | None:
     if len(parts) >= 2 and parts[-1] == "data":
         return parts[-2]
     return None
-
-
-class ResponsesMessageBuilder:
-    """Turns Responses items into canonical messages, one assistant message per model turn."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.pending: dict[str, Any] | None = None
-        self.names: dict[str, str] = {}
-        self.skipped: list[str] = []
-
-    def flush(self) -> None:
-        if self.pending is not None:
-            self.messages.append(drop_none(self.pending))
-            self.pending = None
-
-    def turn(self, *, fresh: bool, model: str | None) -> dict[str, Any]:
-        """The open assistant message; `fresh` closes one that already spoke or called."""
-        if fresh and self.pending and (self.pending.get("content") or self.pending["tool_calls"]):
-            self.flush()
-        if self.pending is None:
-            self.pending = {"role": "assistant", "tool_calls": [], "model": model, "ids": []}
-        return self.pending
-
-    def add(self, item: Any, model: str | None) -> None:
-        if isinstance(item, str):
-            item = {"type": "message", "role": "user", "content": item}
-        if not isinstance(item, Mapping):
-            raise TypeError(f"expected a Responses item object, got {type(item).__name__}")
-        kind = item.get("type") or ("message" if "role" in item else None)
-        if kind == "message":
-            self._message(item, model)
-        elif kind == "reasoning":
-            self._reasoning(item, model)
-        elif isinstance(kind, str) and kind.endswith("_call_output"):
-            self._output(item)
-        elif isinstance(kind, str) and kind.endswith("_call"):
-            self._call(item, kind, model)
-        else:
-            self.skipped.append(str(kind))
-
-    def _message(self, item: Mapping[str, Any], model: str | None) -> None:
-        content, parts, reasoning = content_fields(item.get("content"))
-        role = item.get("role")
-        if role == "assistant":
-            turn = self.turn(fresh=True, model=model)
-            turn.update(content=content, parts=parts)
-            turn["reasoning"] = turn.get("reasoning") or reasoning
-            turn["ids"].append(item.get("id"))
-            return
-        self.flush()
-        mapped = _ROLES.get(role, role) if isinstance(role, str) else role
-        attrs = {"role": role} if mapped != role else None
-        self.messages.append(
-            drop_none(
-                {"role": mapped, "content": content, "parts": parts}
-                | {"reasoning": reasoning, "attrs": attrs}
-            )
-        )
-
-    def _reasoning(self, item: Mapping[str, Any], model: str | None) -> None:
-        turn = self.turn(fresh=True, model=model)
-        text = content_fields(item.get("content"))[2] or content_fields(item.get("summary"))[2]
-        if text:
-            turn["reasoning"] = f"{turn['reasoning']}\n{text}" if turn.get("reasoning") else text
-        turn["ids"].append(item.get("id"))
-
-    def _call(self, item: Mapping[str, Any], kind: str, model: str | None) -> None:
-        call_id = item.get("call_id") or item.get("id")
-        name = item.get("name") or kind.removesuffix("_call")
-        arguments = item.get("arguments", item.get("input", item.get("action")))
-        if isinstance(call_id, str) and isinstance(name, str):
-            self.names[call_id] = name
-        kind = kind.removesuffix("_call")
-        call = {"id": call_id, "name": name, "arguments": json_text(arguments)}
-        call["type"] = _CALL_TYPES.get(kind, kind)
-        turn = self.turn(fresh=False, model=model)
-        turn["tool_calls"].append(drop_none(call))
-        if item.get("id") != call_id:  # `fc_…` item ids differ from the `call_…` ids
-            turn["ids"].append(item.get("id"))
-
-    def _output(self, item: Mapping[str, Any]) -> None:
-        self.flush()
-        output = item.get("output")
-        content, parts, _ = content_fields(output if isinstance(output, (str, list)) else None)
-        if content is None and parts is None and output is not None:
-            content = json_text(output)
-        call_id = item.get("call_id")
-        self.messages.append(
-            drop_none(
-                {"role": "tool", "content": content, "parts": parts, "tool_call_id": call_id}
-                | {"name": self.names.get(call_id) if isinstance(call_id, str) else None}
-            )
-        )
-
-    def finish(self) -> list[dict[str, Any]]:
-        self.flush()
-        for m in self.messages:
-            if m.get("role") == "assistant":
-                ids = [i for i in m.pop("ids", []) if isinstance(i, str)]
-                m["attrs"] = {"item_ids": ids} if ids else None
-                m["tool_calls"] = m.get("tool_calls") or None
-        return [drop_none(m) for m in self.messages]
 
 
 def _output_items(response: Mapping[str, Any], inputs: list[Any]) -> list[Any]:

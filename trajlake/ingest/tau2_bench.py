@@ -11,31 +11,24 @@ The verdict is `reward_info.reward`, present only when the run was evaluated. Ru
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import IO, Any, ClassVar
 
-from pydantic import ValidationError
-
 from trajlake.ingest._adapter import (
     BadRecord,
     Parsed,
-    ParsedTrajectory,
-    bad_from_validation,
-    stable_id,
-)
-from trajlake.ingest._openai_messages_parts import (
-    as_number,
-    drop_none,
-    mapping,
     parse_document,
     raw_json,
+    stable_id,
+    to_parsed,
 )
 from trajlake.ingest._sources import SourceFile
 from trajlake.ingest._tau2_bench_parts import messages_from_list, messages_from_ticks
-from trajlake.ingest._values import parse_time
-from trajlake.schema import CanonicalTrajectory, Status
+from trajlake.schema import Status
+from trajlake.wire.values import as_number, drop_none, mapping, parse_time
 
 _RESULTS_LIMIT = 16 << 20
 """Largest sibling `results.json` read for run info (big ones hold every simulation again)."""
@@ -127,14 +120,8 @@ def _sibling_info(source: SourceFile) -> Mapping[str, Any]:
 
 
 def _parsed(sim: Any, info: Mapping[str, Any], index: int | None) -> Parsed:
-    kept, size = raw_json(sim)
-    try:
-        record = CanonicalTrajectory.model_validate(_record(sim, info))
-    except ValidationError as e:
-        return bad_from_validation(e, offset=index, raw=kept, raw_size=size)
-    except (ValueError, TypeError) as e:
-        return BadRecord(str(e), None, index, None, kept, size)
-    return ParsedTrajectory(record, offset=index)
+    build = functools.partial(_record, sim, info)
+    return to_parsed(build, offset=index, raw=functools.partial(raw_json, sim))
 
 
 def _outcome(reward_info: Mapping[str, Any]) -> dict[str, Any]:

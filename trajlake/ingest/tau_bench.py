@@ -11,31 +11,24 @@ streaming JSON parser among the dependencies).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import IO, Any, ClassVar
 
-from pydantic import ValidationError
-
 from trajlake.ingest._adapter import (
     BadRecord,
     Parsed,
-    ParsedTrajectory,
-    bad_from_validation,
-    stable_id,
-)
-from trajlake.ingest._openai_messages_parts import (
-    as_number,
-    chat_message,
-    drop_none,
-    mapping,
     raw_json,
     read_document,
+    stable_id,
+    to_parsed,
 )
 from trajlake.ingest._sources import SourceFile
-from trajlake.schema import CanonicalTrajectory
+from trajlake.wire.chat import chat_message
+from trajlake.wire.values import as_number, drop_none, mapping
 
 _ENVIRONMENTS = ("airline", "retail", "telecom", "mock")
 _HEAD = re.compile(rb'^\s*\[\s*\{\s*"(task_id|reward|trial|info|traj)"\s*:')
@@ -78,17 +71,8 @@ class TauBenchAdapter:
             return
         model, env = _from_name(source)
         for index, item in enumerate(document):
-            kept, size = raw_json(item)
-            try:
-                record = _record(item, model, env)
-                parsed = CanonicalTrajectory.model_validate(record)
-            except (ValueError, TypeError) as e:
-                if isinstance(e, ValidationError):
-                    yield bad_from_validation(e, offset=index, raw=kept, raw_size=size)
-                else:
-                    yield BadRecord(str(e), None, index, None, kept, size)
-                continue
-            yield ParsedTrajectory(parsed, offset=index)
+            build = functools.partial(_record, item, model, env)
+            yield to_parsed(build, offset=index, raw=functools.partial(raw_json, item))
 
 
 def _rewards(reward_info: Mapping[str, Any]) -> dict[str, float] | None:

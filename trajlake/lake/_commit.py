@@ -73,7 +73,7 @@ def commit_tables(
     dedupe: bool,
     on_conflict: Literal["keep", "fail"] = "keep",
 ) -> CommitResult:
-    """Append rows to several tables in one snapshot (see `Lake.commit`)."""
+    """Append rows to several tables in one snapshot (see `LakeStore.commit`)."""
     # Every table is checked before anything is written: a bad one fails the whole commit.
     tables = {validate_table_name(n): check_schema(n, t) for n, t in tables.items()}
     commit_id = uuid.uuid4().hex
@@ -94,6 +94,9 @@ def commit_tables(
         if not to_write:
             return _result(head, added, deduped, head.snapshot_id)
         versions = dict(head.tables)
+        for name in to_write:  # a table another Delta writer gave features: refused up front
+            replaces = bool(deduped.replaced) and name in ("trajectories", "messages")
+            ctx.tables.check_writable(name, removes_data=replaces)
         ctx.log.begin(commit_id, sorted(to_write))
         target = ctx.settings.target_file_mb * 1024 * 1024
         for name, data in to_write.items():

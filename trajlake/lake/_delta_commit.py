@@ -6,6 +6,12 @@ table is known, so trajlake writes the Parquet files with pyarrow (zstd, row gro
 bytes) and the commit file itself: a plain protocol-(1, 2) Delta commit of `add`/`remove`
 actions, created atomically so an existing version is never overwritten. Table creation,
 checkpoints, restore and vacuum stay with delta-rs.
+
+Writing the log by hand is only correct for tables whose protocol asks no more than that, so
+every commit first checks the table's protocol (`_delta_protocol.check_protocol`), and checks it
+again against any commit another writer slipped in first. The format details it relies on
+(the commit JSON, delta-rs's handles, pyarrow's Parquet) are why the majors of deltalake,
+pyarrow and duckdb are bounded in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from trajlake.lake._delta_protocol import TableProtocol, check_protocol
 from trajlake.lake._storage import LakeLocation
 
 ROW_GROUP_BYTES = 64 * 1024 * 1024
@@ -171,12 +178,21 @@ def commit_actions(
     operation: str,
     commit_id: str,
     blind_append: bool,
+    protocol: TableProtocol,
 ) -> int:
     """Write a Delta commit at `next_version` (or the first free one after); return its version.
 
+    `protocol` is the table's, read from its freshly updated handle (`TableProtocol.of`); a table
+    whose protocol this writer does not implement is refused with `UnsupportedTableFeature`
+    before anything is committed (data files already written stay unreferenced, for vacuum).
     A taken version means another writer committed first (a delta-rs compaction of a crashed
-    maintenance run, or a foreign writer): appends commute, so the next version is used.
+    maintenance run, or a foreign writer): appends commute, so the next version is used, once
+    that commit's protocol and metadata changes, if any, pass the same check.
     """
+    removes_data = any(
+        a.get("remove", {}).get("dataChange", True) for a in actions if "remove" in a
+    )
+    check_protocol(table, protocol, removes_data=removes_data)
     info = {
         "commitInfo": {
             "timestamp": int(time.time() * 1000),
@@ -191,6 +207,21 @@ def commit_actions(
     lines += [json.dumps(a, separators=(",", ":")) for a in actions]
     payload = ("\n".join(lines) + "\n").encode()
     for log_version in range(next_version, next_version + _MAX_VERSION_SKIPS):
-        if _create_exclusive(location, _log_path(location, table, log_version), payload):
+        path = _log_path(location, table, log_version)
+        if _create_exclusive(location, path, payload):
             return log_version
+        taken = _read_actions(location, path)
+        if any("protocol" in a or "metaData" in a for a in taken):
+            protocol = protocol.after(taken)
+            check_protocol(table, protocol, removes_data=removes_data)
     raise RuntimeError(f"no free Delta version for {table} after {next_version}")
+
+
+def _read_actions(location: LakeLocation, path: str) -> list[dict[str, Any]]:
+    """The actions of a committed log entry (one JSON object per line)."""
+    if location.is_local:
+        with open(path, "rb") as f:
+            text = f.read()
+    else:
+        text = bytes(location.filesystem().cat_file(path))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -98,7 +98,7 @@ def validate_tag_name(name: str) -> str:
 
 def utc_now() -> str:
     """Current UTC time, ISO 8601 with microseconds."""
-    return dt.datetime.now(dt.timezone.utc).isoformat()
+    return dt.datetime.now(dt.UTC).isoformat()
 
 
 def _entry_name(snapshot_id: int) -> str:
@@ -189,7 +189,7 @@ class SnapshotLog:
     def at_time(self, when: dt.datetime) -> Snapshot:
         """The newest snapshot committed at or before `when` (binary search over ids)."""
         if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.timezone.utc)
+            when = when.replace(tzinfo=dt.UTC)
         lo, hi = 0, self.latest().snapshot_id
         if self.get(lo).time > when:
             raise NoSuchSnapshot(f"no snapshot at or before {when.isoformat()}")

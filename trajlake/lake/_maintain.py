@@ -23,11 +23,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trajlake.lake._delta_commit import DataFile, commit_actions, remove_action, write_data_files
+from trajlake.lake._delta_protocol import TableProtocol
 from trajlake.lake._tables import TableStore
 from trajlake.schema import PRIMARY_KEYS, SORT_KEYS
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake
+    from trajlake.lake._store import LakeStore
 
 log = logging.getLogger(__name__)
 _LOG_FILE = re.compile(r"^(\d{20})\.(json|checkpoint\.parquet|crc)$")
@@ -78,7 +79,7 @@ class _Plan:
     merged: list[DataFile] = field(default_factory=list)
 
 
-def tagged_versions(lake: Lake) -> dict[str, set[int]]:
+def tagged_versions(lake: LakeStore) -> dict[str, set[int]]:
     """Table versions that tags pin: these stay loadable and their files stay on disk."""
     versions: dict[str, set[int]] = {}
     for tag in lake.snapshot_log.tags():
@@ -122,7 +123,7 @@ def _tier(size: int) -> int:
 
 
 def _plan(
-    lake: Lake,
+    lake: LakeStore,
     store: TableStore,
     name: str,
     version: int,
@@ -153,7 +154,7 @@ def _plan(
     return _Plan(name, version, picked, sizes) if len(picked) >= 2 else None
 
 
-def _read_files(lake: Lake, store: TableStore, name: str, paths: Iterable[str]) -> pa.Table:
+def _read_files(lake: LakeStore, store: TableStore, name: str, paths: Iterable[str]) -> pa.Table:
     uris = [store.data_uri(name, p) for p in paths]
     if lake.location.is_local:
         return pq.read_table(uris)
@@ -161,7 +162,7 @@ def _read_files(lake: Lake, store: TableStore, name: str, paths: Iterable[str]) 
     return pq.read_table([u.split("://", 1)[1] for u in uris], filesystem=fs)
 
 
-def _write_merged(lake: Lake, store: TableStore, plan: _Plan) -> None:
+def _write_merged(lake: LakeStore, store: TableStore, plan: _Plan) -> None:
     data = _read_files(lake, store, plan.table, plan.paths)
     keys = SORT_KEYS.get(plan.table) or PRIMARY_KEYS[plan.table]
     data = data.sort_by([(k, "ascending") for k in keys])
@@ -169,7 +170,7 @@ def _write_merged(lake: Lake, store: TableStore, plan: _Plan) -> None:
     plan.merged = write_data_files(lake.location, plan.table, data, target_file_bytes=target)
 
 
-def _discard(lake: Lake, store: TableStore, plan: _Plan) -> None:
+def _discard(lake: LakeStore, store: TableStore, plan: _Plan) -> None:
     fs = lake.location.filesystem()
     for f in plan.merged:
         uri = store.data_uri(plan.table, f.path)
@@ -191,7 +192,7 @@ def _still_live(store: TableStore, plan: _Plan, version: int) -> bool:
 
 
 def _commit_plans(
-    lake: Lake, store: TableStore, plans: list[_Plan], report: MaintenanceReport
+    lake: LakeStore, store: TableStore, plans: list[_Plan], report: MaintenanceReport
 ) -> None:
     """Under the lock: swap merged files in, if the chosen files are all still live."""
     with lake.locked():
@@ -216,6 +217,7 @@ def _commit_plans(
                 operation="OPTIMIZE",
                 commit_id=commit_id,
                 blind_append=False,
+                protocol=TableProtocol.of(store.handle(plan.table)),
             )
             table_report = report.tables[plan.table]
             table_report.compacted = True
@@ -238,7 +240,7 @@ _CHECKPOINT_EVERY = 20
 
 
 def _checkpoint(
-    lake: Lake, store: TableStore, name: str, report: TableMaintenance, *, force: bool
+    lake: LakeStore, store: TableStore, name: str, report: TableMaintenance, *, force: bool
 ) -> None:
     handle = store.handle(name)
     latest = int(handle.version())
@@ -249,7 +251,7 @@ def _checkpoint(
 
 
 def _expire_log(
-    lake: Lake, store: TableStore, name: str, keep: set[int], report: TableMaintenance
+    lake: LakeStore, store: TableStore, name: str, keep: set[int], report: TableMaintenance
 ) -> None:
     """Delete log files older than the window, keeping checkpoints of tagged versions."""
     latest = int(store.handle(name).version())
@@ -276,7 +278,7 @@ def _loadable_versions(store: TableStore, name: str, keep: set[int]) -> list[int
 
 
 def _vacuum(
-    lake: Lake, store: TableStore, name: str, keep: set[int], report: TableMaintenance
+    lake: LakeStore, store: TableStore, name: str, keep: set[int], report: TableMaintenance
 ) -> None:
     """Delete files no loadable version references. Under the lock.
 
@@ -294,7 +296,7 @@ def _vacuum(
 
 
 def _pin_latest(
-    lake: Lake, store: TableStore, operation: str, summary: dict[str, Any]
+    lake: LakeStore, store: TableStore, operation: str, summary: dict[str, Any]
 ) -> int | None:
     """Write a snapshot pinning tables whose latest version moved without changing rows
     (vacuum records its own versions). Under the lock; returns the snapshot id, if any."""
@@ -307,7 +309,7 @@ def _pin_latest(
 
 
 def run_maintenance(
-    lake: Lake, *, incremental: bool, vacuum: bool, dry_run: bool
+    lake: LakeStore, *, incremental: bool, vacuum: bool, dry_run: bool
 ) -> MaintenanceReport:
     """Compact, checkpoint, expire and (full runs) vacuum; see the module docstring."""
     start = time.perf_counter()

@@ -27,6 +27,7 @@ from trajlake.lake._delta_commit import (
     remove_action,
     write_data_files,
 )
+from trajlake.lake._delta_protocol import TableProtocol, check_protocol
 from trajlake.lake._storage import LakeLocation
 from trajlake.lake._validate import unreadable_log
 from trajlake.schema import TABLES, table_schema
@@ -179,6 +180,11 @@ class TableStore:
                 dt.update_incremental()
             return dt
 
+    def check_writable(self, name: str, *, removes_data: bool = False) -> None:
+        """Refuse, before any file is written, a table whose Delta protocol the lake's commit
+        writer does not implement (`commit_actions` checks again when it commits)."""
+        check_protocol(name, TableProtocol.of(self.handle(name)), removes_data=removes_data)
+
     def latest_version(self, name: str) -> int:
         """Latest Delta version of a table (including versions no snapshot pins yet)."""
         return int(self.handle(name).version())
@@ -203,6 +209,7 @@ class TableStore:
             operation="WRITE",
             commit_id=commit_id,
             blind_append=True,
+            protocol=TableProtocol.of(self.handle(name)),
         )
         return version, files
 
@@ -302,6 +309,7 @@ class TableStore:
             operation="WRITE",
             commit_id=commit_id,
             blind_append=False,
+            protocol=TableProtocol.of(self.handle(name)),
         )
         schema = table_schema(name)
         gone = (

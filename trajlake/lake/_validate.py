@@ -13,8 +13,8 @@ from trajlake.errors import LakeCorrupt, NoSuchSnapshot, SnapshotExpired
 from trajlake.schema import TABLES
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake
     from trajlake.lake._storage import LakeLocation
+    from trajlake.lake._store import LakeStore
 
 _DELTA_ACTIONS = frozenset(
     {"add", "remove", "metaData", "protocol", "commitInfo", "txn", "cdc", "domainMetadata"}
@@ -102,7 +102,9 @@ def unreadable_log(location: LakeLocation, table: str, error: Exception) -> Lake
     )
 
 
-def _check_snapshot(lake: Lake, snapshot_id: int, report: ValidationReport, tagged: bool) -> None:
+def _check_snapshot(
+    lake: LakeStore, snapshot_id: int, report: ValidationReport, tagged: bool
+) -> None:
     try:
         snap = lake.snapshot_log.get(snapshot_id)
     except NoSuchSnapshot:
@@ -138,7 +140,7 @@ def _check_snapshot(lake: Lake, snapshot_id: int, report: ValidationReport, tagg
     report.snapshots_checked += 1
 
 
-def _tagged(lake: Lake, report: ValidationReport) -> set[int]:
+def _tagged(lake: LakeStore, report: ValidationReport) -> set[int]:
     """Snapshots named by tags; a tag file that does not read is a problem naming it."""
     tagged = set()
     for file in lake.snapshot_log.tag_files():
@@ -151,7 +153,7 @@ def _tagged(lake: Lake, report: ValidationReport) -> set[int]:
     return tagged
 
 
-def _check_orphans(lake: Lake, report: ValidationReport) -> None:
+def _check_orphans(lake: LakeStore, report: ValidationReport) -> None:
     # Under the lock, so a commit or compaction in flight is not mistaken for an orphan.
     with lake.locked():
         head = lake.snapshot_log.latest()
@@ -168,7 +170,7 @@ def _check_orphans(lake: Lake, report: ValidationReport) -> None:
                 report.problems.append(f"table {name} is at version {latest} < pinned {pinned}")
 
 
-def validate_lake(lake: Lake) -> ValidationReport:
+def validate_lake(lake: LakeStore) -> ValidationReport:
     """Check every snapshot in the window and every tag; report orphans of crashed writers."""
     report = ValidationReport()
     tagged = _tagged(lake, report)

@@ -14,7 +14,7 @@ from trajlake.schema import CanonicalTrajectory
 
 if TYPE_CHECKING:
     from trajlake.lake._commit import CommitResult
-    from trajlake.lake._lake import Lake
+    from trajlake.lake._store import LakeStore
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class BufferedWriter:
     """
 
     def __init__(
-        self, lake: Lake, *, max_trajectories: int = 256, max_seconds: float = 5.0
+        self, lake: LakeStore, *, max_trajectories: int = 256, max_seconds: float = 5.0
     ) -> None:
         if max_trajectories < 1:
             raise ValueError("max_trajectories must be ≥ 1")

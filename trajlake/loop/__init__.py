@@ -14,18 +14,22 @@ from trajlake.loop._seeds import (
     seeds_table,
     summarize,
 )
+from trajlake.loop._value_model import VALUE_MODELS, ValueModelChoice, choose_value_model
 
 __all__ = [
     "DEFAULT_SIZES",
     "QUICK_SIZES",
     "REPORT_DIR",
     "SUCCESS_SQL",
+    "VALUE_MODELS",
     "Interval",
     "LoopReport",
     "LoopSizes",
     "PolicyResult",
     "SeedsReport",
     "SeedsRow",
+    "ValueModelChoice",
+    "choose_value_model",
     "mean_interval",
     "parse_seeds",
     "run_loop",

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake, SnapshotRef
+    from trajlake.api import Lake
+    from trajlake.lake import SnapshotRef
 
 _OUTCOMES = "outcomes o JOIN trajectories t USING (trajectory_id)"
 _SELECTED = "json_extract(t.attrs, '$.best_of_n.selected')::BOOLEAN"

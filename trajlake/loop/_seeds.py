@@ -168,6 +168,8 @@ class SeedsReport:
     """Gen-1 success on the held-out tasks (from SQL over each lake's outcomes)."""
     runs: dict[int, dict[str, str]] = field(default_factory=dict)
     """Per seed: its lake and report.json."""
+    value_model: str = ""
+    """The kind of value model the runs trained ('transformer' or 'baseline')."""
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,6 +198,7 @@ def run_seeds(
     quick: bool = False,
     out: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
+    value_model: str = "auto",
 ) -> SeedsReport:
     """Run the generation loop once per seed, each in a new lake `<root>/seed-<n>`, and
     summarise the held-out success of every policy over the seeds.
@@ -207,6 +210,7 @@ def run_seeds(
         out: Folder of the per-seed reports (`<out>/seed-<n>`) and of `seeds-report.json`
             (default: each lake's `demo-report` and `<root>/seeds-report.json`).
         progress: Told when each step of each run starts and ends.
+        value_model: The value model of every run ('auto', 'transformer' or 'baseline').
 
     Returns:
         The summary; it is also written to `seeds-report.json`.
@@ -223,9 +227,15 @@ def run_seeds(
     for seed in seeds:
         seed_out = None if out is None else Path(out) / f"seed-{seed}"
         loop = run_loop(
-            base / f"seed-{seed}", quick=quick, seed=seed, out=seed_out, progress=progress
+            base / f"seed-{seed}",
+            quick=quick,
+            seed=seed,
+            out=seed_out,
+            progress=progress,
+            value_model=value_model,
         )
         report.runs[seed] = {"lake": loop.lake, "report": loop.files["report"]}
+        report.value_model = loop.value_model["kind"]
         loops.append(loop)
     report.policies, report.gen1 = summarize_reports(loops, confidence=report.confidence)
     report.seconds = round(time.perf_counter() - start, 3)

@@ -1,6 +1,11 @@
 """The loop's steps through the public paths: synthetic rollouts → JSONL → ingest → labels → tag;
-credit runs; SFT exports read back into behaviour-cloning examples; the tiny value model recipe;
-the gen-1 policy registered in `models`; best-of-N selection annotated on gen-1 rollouts."""
+credit runs; SFT exports read back into behaviour-cloning examples; the value model recipes (tiny
+transformer, feature baseline); the gen-1 policy registered in `models`; best-of-N selection
+annotated on gen-1 rollouts.
+
+Each step is a plain function over a `Lake` so `_run` reads as the loop itself and a test can
+drive one step alone; nothing here imports torch (the value model is trained in `_run`).
+"""
 
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ from trajlake.records import rows_for_table
 from trajlake.synth import PolicyParams, SynthBatch, synth_turns
 
 if TYPE_CHECKING:
-    from trajlake.lake import Lake, SnapshotRef
-    from trajlake.rerank import Reranker
+    from trajlake.api import Lake
+    from trajlake.lake import SnapshotRef
     from trajlake.value.recipe import Recipe
 
 _OUTCOME_FIELDS = ("resolved", "reward", "outcome_source")
@@ -249,7 +254,7 @@ def export_variant(
     return info, folder
 
 
-# --------------------------------------------------------------------------- the value model recipe
+# ------------------------------------------------------------------------ the value model recipes
 
 _TINY_RECIPE: dict[str, Any] = {
     "name": "tiny-value",
@@ -284,24 +289,46 @@ _TINY_RECIPE: dict[str, Any] = {
 }
 """`models/tiny.yaml` as data: an installed package has no `models/` folder."""
 
-TINY_RECIPE_FILE = Path(__file__).resolve().parents[2] / "models" / "tiny.yaml"
+_BASELINE_RECIPE: dict[str, Any] = {
+    "name": "feature-baseline",
+    "kind": "baseline",
+    "description": "Logistic regression on trajectory features read with SQL.",
+    "baseline": {"l2": 1.0, "top_n": 5},
+    "data": {"val_frac": 0.15, "test_frac": 0.3, "split_seed": 0},
+}
+"""`models/baseline.yaml` as data: the value model of an install without torch."""
+
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+TINY_RECIPE_FILE = MODELS_DIR / "tiny.yaml"
+BASELINE_RECIPE_FILE = MODELS_DIR / "baseline.yaml"
 
 
 def tiny_recipe(overrides: Mapping[str, Any]) -> Recipe:
     """The tiny recipe (`models/tiny.yaml` when present, else the same recipe embedded here)
     with dotted `overrides` such as ``{"train.epochs": 1}``."""
+    return _packaged_recipe(TINY_RECIPE_FILE, _TINY_RECIPE, overrides)
+
+
+def baseline_recipe() -> Recipe:
+    """The feature baseline (`models/baseline.yaml` when present, else embedded here)."""
+    return _packaged_recipe(BASELINE_RECIPE_FILE, _BASELINE_RECIPE, {})
+
+
+def _packaged_recipe(file: Path, data: Mapping[str, Any], overrides: Mapping[str, Any]) -> Recipe:
+    # A source checkout reads the YAML a user can edit; an installed package has no models/
+    # folder and uses the copy embedded here (a test keeps the two equal).
     from trajlake.value.recipe import load_recipe, parse_recipe
 
-    if TINY_RECIPE_FILE.is_file():
-        return load_recipe(TINY_RECIPE_FILE, overrides=dict(overrides))
-    data = copy.deepcopy(_TINY_RECIPE)
+    if file.is_file():
+        return load_recipe(file, overrides=dict(overrides))
+    tree = copy.deepcopy(dict(data))
     for dotted, value in overrides.items():
         *parents, leaf = dotted.split(".")
-        node = data
+        node = tree
         for key in parents:
             node = node.setdefault(key, {})
         node[leaf] = value
-    return parse_recipe(data, source="trajlake.loop (models/tiny.yaml)")
+    return parse_recipe(tree, source=f"trajlake.loop (models/{file.name})")
 
 
 # --------------------------------------------------------------------------- gen-1
@@ -335,7 +362,7 @@ def register_policy(
         "metrics": metrics,
         "artifact_uri": str(path.resolve()),
         "config": config,
-        "created_at": dt.datetime.now(dt.timezone.utc),
+        "created_at": dt.datetime.now(dt.UTC),
     }
     summary = {"model_id": model_id, "kind": "policy"}
     lake.commit(
@@ -344,22 +371,35 @@ def register_policy(
     return model_id
 
 
-def select_best_of_n(
-    batch: SynthBatch, reranker: Reranker, *, lineage: Mapping[str, str]
-) -> SynthBatch:
-    """Rank each task's candidates with the value model and record, on every rollout, its
-    lineage and its place: ``attrs.best_of_n = {n, score, rank, selected}`` (rank 1 is picked).
-
-    The candidates must not carry outcomes: the model sees what it would see at inference.
-    """
+def candidates_by_task(batch: SynthBatch) -> dict[str, list[int]]:
+    """Indices of the batch's rollouts per task, in batch order: the N candidates of a task."""
     by_task: dict[str, list[int]] = defaultdict(list)
     for i, t in enumerate(batch.trajectories):
         by_task[str(t["task_id"])].append(i)
+    return dict(by_task)
+
+
+def select_best_of_n(
+    batch: SynthBatch, scores: Sequence[float], *, lineage: Mapping[str, str]
+) -> SynthBatch:
+    """Rank each task's candidates by the value model's `scores` (one per rollout, in batch
+    order) and record, on every rollout, its lineage and its place:
+    ``attrs.best_of_n = {n, score, rank, selected}`` (rank 1 is picked; ties keep batch order).
+
+    The scores must come from candidates without outcomes: what the model sees at inference.
+    """
+    if len(scores) != len(batch.trajectories):
+        raise ValueError(f"{len(scores)} scores for {len(batch.trajectories)} candidates")
     marked = [dict(t) for t in batch.trajectories]
-    for indices in by_task.values():
-        ranked = reranker.rank([batch.trajectories[i] for i in indices])
-        for place, item in enumerate(ranked, start=1):
-            traj = marked[indices[item.index]]
-            choice = {"n": len(indices), "score": item.score, "rank": place, "selected": place == 1}
-            traj["attrs"] = {**traj["attrs"], "lineage": dict(lineage), "best_of_n": choice}
+    for indices in candidates_by_task(batch).values():
+        ranked = sorted(indices, key=lambda i: (-scores[i], i))
+        for place, i in enumerate(ranked, start=1):
+            choice = {
+                "n": len(indices),
+                "score": float(scores[i]),
+                "rank": place,
+                "selected": place == 1,
+            }
+            attrs = {**marked[i]["attrs"], "lineage": dict(lineage), "best_of_n": choice}
+            marked[i]["attrs"] = attrs
     return replace(batch, trajectories=marked)

@@ -1,4 +1,7 @@
-"""Recording proxy: wire dialects, stream reassembly and rollout reconstruction.
+"""Recording proxy: calls in the wire dialects and rollout reconstruction.
+
+Messages and SSE streams are read by `trajlake.wire`, the code ingest uses for the same formats
+(`StreamAssembler` is re-exported here for the proxy's users).
 
 Parsing and reconstruction are pure Python; the HTTP server lives in its own modules.
 """

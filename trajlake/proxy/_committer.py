@@ -18,15 +18,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trajlake.ingest.redact import Redactor, redact_trajectory
 from trajlake.proxy.spool import Spool, SpooledJSON, SpoolError, finish_event
 from trajlake.records import rows_for_table, trajectories_to_tables
+from trajlake.redact import Redactor, redact_trajectory
 from trajlake.schema import CanonicalTrajectory
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from trajlake.lake._lake import Lake
+    from trajlake.lake import LakeStore
     from trajlake.proxy.reconstruct import RecordedCall
 
 __all__ = ["IDLE_CLOSED", "Committer", "FinishedRollout", "build_rollout"]
@@ -166,7 +166,7 @@ class Committer:
 
     def __init__(
         self,
-        lake: Lake,
+        lake: LakeStore,
         spool: Spool,
         batch_size: int,
         max_seconds: float,

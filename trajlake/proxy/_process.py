@@ -34,8 +34,8 @@ from trajlake.proxy.spool import SpooledJSON, SpoolError, _encode
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from trajlake.ingest.redact import Redactor
     from trajlake.proxy._committer import FinishedRollout
+    from trajlake.redact import Redactor
 
 __all__ = ["RecordedRequest", "RecordingProcess", "RecordingProcessError", "parse_body"]
 
@@ -84,7 +84,7 @@ _caches: dict[str, dict[str, str]] = {}
 
 
 def _request(header: dict[str, Any], plain: bytes) -> tuple[RecordedRequest, bytes]:
-    from trajlake.ingest.redact import redact_json
+    from trajlake.redact import redact_json
 
     rid, event, redactor = header["rollout_id"], header["event"], header["redactor"]
     for gone in header["forget"]:

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajlake.ingest.redact import Redactor, redact_json
 from trajlake.proxy._offload import Queue
+from trajlake.redact import Redactor, redact_json
 
 __all__ = ["Answer", "CallTicket", "Rollout", "last_active"]
 

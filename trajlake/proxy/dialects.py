@@ -1,27 +1,24 @@
-"""The three wire dialects (chat completions, Responses, Anthropic messages) as canonical messages.
+"""The proxy's calls in the three wire dialects (chat, Responses, Anthropic) as canonical messages.
 
 `parse_request` reads what a client asked, `parse_response` what came back (a non-stream body;
-`StreamAssembler` turns an SSE stream into one). Pure Python: no HTTP library is imported here.
+`StreamAssembler` turns an SSE stream into one). The messages themselves are mapped by
+`trajlake.wire`, the same code the log adapters use, so a recorded call and the harness's own
+log of it agree; this module adds the request/response envelopes (parameters, usage, token ids,
+upstream errors) that only a recorded call has. Pure Python: no HTTP library is imported here.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trajlake.ingest._claude_code_parts import text_and_parts
-from trajlake.ingest._openai_messages_parts import (
-    chat_message,
-    drop_none,
-    mapping,
-    name_tool_results,
-)
-from trajlake.ingest._values import as_int
-from trajlake.ingest.responses import ResponsesMessageBuilder
-from trajlake.proxy._stream import StreamAssembler
 from trajlake.schema import Dialect
+from trajlake.wire.anthropic import assistant_message, blocks, canonical_messages, text_and_parts
+from trajlake.wire.chat import chat_message, name_tool_results
+from trajlake.wire.responses import ResponsesMessageBuilder
+from trajlake.wire.sse import StreamAssembler
+from trajlake.wire.values import as_int, mapping
 
 __all__ = [
     "ENDPOINTS",
@@ -329,71 +326,8 @@ def _anthropic_request(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     if text:
         messages.append({"role": "system", "content": text})
     for m in raw:
-        messages.extend(_anthropic_message(m))
+        messages.extend(canonical_messages(m))
     return messages
-
-
-def _blocks(content: list[Any]) -> list[Mapping[str, Any]]:
-    if not all(isinstance(b, Mapping) for b in content):
-        raise ValueError("anthropic: every content block must be an object")
-    return content
-
-
-def _anthropic_message(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A user message's tool_result blocks are tool messages; its other blocks one user message."""
-    role, content = message["role"], message["content"]
-    if isinstance(content, str):
-        return [{"role": role, "content": content}]
-    blocks = _blocks(content)
-    if role == "assistant":
-        return [_anthropic_assistant(blocks)]
-    out: list[dict[str, Any]] = []
-    others = [b for b in blocks if b.get("type") != "tool_result"]
-    for block in blocks:
-        if block.get("type") != "tool_result":
-            continue
-        text, parts = text_and_parts(block.get("content"))
-        is_error = block.get("is_error")
-        out.append(
-            drop_none(
-                {"role": "tool", "content": text, "parts": parts}
-                | {"tool_call_id": block.get("tool_use_id")}
-                | {"is_error": is_error if isinstance(is_error, bool) else None}
-            )
-        )
-    if others or not out:
-        text, parts = text_and_parts(others)
-        out.append(drop_none({"role": "user", "content": text, "parts": parts}))
-    return out
-
-
-def _anthropic_assistant(blocks: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Text blocks → content, thinking → reasoning, tool_use → tool_calls; others counted."""
-    texts: list[str] = []
-    thoughts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    others: dict[str, int] = {}
-    for block in blocks:
-        kind = str(block.get("type"))
-        if kind == "text":
-            texts.append(str(block.get("text", "")))
-        elif kind == "thinking":
-            thoughts.append(str(block.get("thinking", "")))
-        elif kind in ("tool_use", "server_tool_use"):
-            arguments = json.dumps(block.get("input"), ensure_ascii=False)
-            call = {"id": block.get("id"), "name": block.get("name"), "arguments": arguments}
-            calls.append(drop_none(call | {"type": "function" if kind == "tool_use" else kind}))
-        else:
-            others[kind] = others.get(kind, 0) + 1
-    return drop_none(
-        {
-            "role": "assistant",
-            "content": "\n".join(texts) if texts else None,
-            "reasoning": "\n".join(thoughts) if thoughts else None,
-            "tool_calls": calls or None,
-            "attrs": {"other_blocks": others} if others else None,
-        }
-    )
 
 
 def _anthropic_response(body: Mapping[str, Any]) -> CallOutput:
@@ -407,7 +341,7 @@ def _anthropic_response(body: Mapping[str, Any]) -> CallOutput:
     # Anthropic reports cache reads and writes apart from `input_tokens`; the prompt is all three.
     prompt = None if fresh is None else fresh + (write or 0) + (read or 0)
     return CallOutput(
-        messages=[_anthropic_assistant(_blocks(content))],
+        messages=[assistant_message(blocks(content))],
         finish_reason=_str(body.get("stop_reason")),
         prompt_tokens=prompt,
         completion_tokens=as_int(usage.get("output_tokens")),

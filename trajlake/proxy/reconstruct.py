@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-from trajlake.ingest._openai_messages_parts import as_bool, as_number, drop_none, map_status
 from trajlake.proxy.dialects import CallInput, CallOutput, Dialect
 from trajlake.records import normalise_json_text, normalize
 from trajlake.schema import Call, CanonicalTrajectory, Status
+from trajlake.wire.values import as_bool, as_number, drop_none, map_status
 
 __all__ = ["HARNESS", "SOURCE_FORMAT", "RecordedCall", "RolloutMeta", "reconstruct"]
 

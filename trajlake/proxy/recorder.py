@@ -35,7 +35,6 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trajlake.ingest.redact import AllowList, Redactor
 from trajlake.proxy._committer import IDLE_CLOSED, Committer, FinishedRollout, build_rollout
 from trajlake.proxy._offload import Offload
 from trajlake.proxy._process import RecordingProcess
@@ -48,9 +47,10 @@ from trajlake.proxy.spool import (
     finish_event,
     replay,
 )
+from trajlake.redact import AllowList, Redactor
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake
+    from trajlake.lake import LakeStore
 
 __all__ = ["IDLE_CLOSED", "CallTicket", "FinishedRollout", "Recorder", "build_rollout"]
 
@@ -101,7 +101,7 @@ class Recorder:
 
     def __init__(
         self,
-        lake: Lake,
+        lake: LakeStore,
         spool_dir: str | os.PathLike[str],
         *,
         batch_size: int = 64,
@@ -415,7 +415,7 @@ class Recorder:
         for key in META_KEYS:
             if state.meta.get(key) is None and meta.get(key) is not None:
                 state.meta[key] = meta[key]
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         ticket = CallTicket(
             uuid.uuid4().hex, rollout_id, state.next_seq, now, time.perf_counter(), spooled
         )

@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from aiohttp import web
     from aiohttp.typedefs import Handler
 
-    from trajlake.ingest.redact import AllowList
-    from trajlake.lake._lake import Lake
+    from trajlake.lake import LakeStore
+    from trajlake.redact import AllowList
 
 __all__ = [
     "ProxyThread",
@@ -416,7 +416,7 @@ class _Options:
 
 
 def _recorder(
-    lake: Lake, spool_dir: str | os.PathLike[str] | None, run_id: str | None, **kw: Any
+    lake: LakeStore, spool_dir: str | os.PathLike[str] | None, run_id: str | None, **kw: Any
 ) -> Recorder:
     where = spool_dir if spool_dir is not None else default_spool_dir(lake.uri)
     _check_spool_outside(Path(where), lake.uri)
@@ -436,7 +436,7 @@ def _check_spool_outside(spool: Path, lake_uri: str) -> None:
 
 
 def run_proxy(
-    lake: Lake,
+    lake: LakeStore,
     upstream: str,
     *,
     host: str = "127.0.0.1",
@@ -546,7 +546,7 @@ class ProxyThread:
 
     def __init__(
         self,
-        lake: Lake,
+        lake: LakeStore,
         upstream: str,
         *,
         spool_dir: str | os.PathLike[str] | None = None,

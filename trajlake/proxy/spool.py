@@ -2,14 +2,16 @@
 
 A process writes `calls-<pid>-<start>.jsonl` (mode 0600, in a 0700 folder) under an exclusive
 lock; on start-up, files whose writer is gone are replayed (`replay`) so a killed proxy loses
-nothing it had answered. A write that fails is undone (the file is cut back to its last whole
-line) and raised as `SpoolError`, so the caller can refuse the call instead of answering it.
+nothing it had answered. The lock is `flock` on the file where there is `fcntl`, and a
+`filelock` on `<file>.lock` elsewhere (Windows): both are dropped by the OS when the writer dies,
+which is what tells a live writer's file from an orphan. A write that fails is undone (the file
+is cut back to its last whole line) and raised as `SpoolError`, so the caller can refuse the call
+instead of answering it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -23,13 +25,21 @@ from typing import IO, Any, NamedTuple
 
 from trajlake.errors import TrajlakeError
 
+try:
+    import fcntl
+except ImportError:  # Windows: `_WriterLock` takes a lock file beside each spool file instead
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = ["Replay", "ReplayedRollout", "Spool", "SpoolError", "SpooledJSON", "replay"]
 
 log = logging.getLogger(__name__)
 
 PREFIX = "calls-"
 SUFFIX = ".jsonl"
+LOCK_SUFFIX = ".lock"
+"""Of the lock file beside a spool file, where there is no `fcntl`."""
 _DIR_MODE, _FILE_MODE = 0o700, 0o600
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)  # not on Windows, whose handles are not inherited
 
 
 class SpoolError(TrajlakeError):
@@ -182,25 +192,33 @@ class Spool:
         """A failed write could not be cut back: the next write starts on a new line."""
         _private_directory(self.directory)
         self._fd: int | None
-        self._fd, self.path = self._open_new()
+        self._fd, self.path, self._lock = self._open_new()
         self._size = 0
 
-    def _open_new(self) -> tuple[int, Path]:
+    def _open_new(self) -> tuple[int, Path, _WriterLock]:
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"{time.time_ns() % 1_000_000_000:09d}"
         path = self.directory / f"{PREFIX}{os.getpid()}-{stamp}{SUFFIX}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_CLOEXEC
+        # The lock tells a proxy starting later that this file's writer is alive. A lock file
+        # is taken before the spool file exists, so the file is never seen unlocked.
+        lock = _WriterLock(path)
         try:
+            if fcntl is None:
+                lock.take(None)
             fd = os.open(path, flags, _FILE_MODE)
         except OSError as e:
+            lock.release()
             raise SpoolError(f"cannot write the proxy spool in {self.directory}: {e}") from e
         try:
-            os.fchmod(fd, _FILE_MODE)  # whatever the umask
-            # The lock tells a proxy starting later that this file's writer is alive.
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if hasattr(os, "fchmod"):  # not on Windows, where the folder's ACL is what counts
+                os.fchmod(fd, _FILE_MODE)  # whatever the umask
+            if fcntl is not None:
+                lock.take(fd)
         except OSError as e:
             os.close(fd)
+            lock.release()
             raise SpoolError(f"cannot lock the proxy spool {path}: {e}") from e
-        return fd, path
+        return fd, path, lock
 
     @property
     def size(self) -> int:
@@ -224,7 +242,7 @@ class Spool:
             records = carry()
             if records is None:
                 return False
-            fd, path = self._open_new()
+            fd, path, lock = self._open_new()
             data = _encode(records)
             try:
                 _write_all(fd, data)
@@ -234,12 +252,15 @@ class Spool:
                 os.close(fd)
                 with contextlib.suppress(OSError):
                     path.unlink()
+                lock.release()
                 raise SpoolError(f"cannot write the proxy spool {path}: {e}") from e
-            old_fd, old_path = self._fd, self.path
-            self._fd, self.path, self._size, self._torn = fd, path, len(data), False
+            old_fd, old_path, old_lock = self._fd, self.path, self._lock
+            self._fd, self.path, self._lock = fd, path, lock
+            self._size, self._torn = len(data), False
             os.close(old_fd)
             with contextlib.suppress(FileNotFoundError):
                 old_path.unlink()
+            old_lock.release()
             return True
 
     def append(
@@ -308,6 +329,7 @@ class Spool:
             if remove:
                 with contextlib.suppress(FileNotFoundError):
                     self.path.unlink()
+            self._lock.release()  # a file kept is now an orphan, for the next proxy to replay
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -316,18 +338,72 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _orphans(directory: Path, current: Path | None) -> Iterator[tuple[Path, IO[bytes]]]:
+class _WriterLock:
+    """The lock that says a spool file's writer is alive; the OS drops it when that process dies.
+
+    `flock` on the file's own descriptor where there is `fcntl` (released when it is closed);
+    elsewhere (Windows) a `filelock` on `<file>.lock`, released and removed by `release`. Never
+    waits: a lock held elsewhere means a live writer.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.side_path = path.with_name(path.name + LOCK_SUFFIX)
+        self._side: Any = None
+
+    def take(self, fd: int | None) -> None:
+        """Take the lock (`fd`: the spool file's descriptor, used by flock only).
+
+        Raises:
+            OSError: Another process holds it (BlockingIOError) or it cannot be taken.
+        """
+        if fcntl is not None:
+            assert fd is not None
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        import filelock
+
+        side = filelock.FileLock(self.side_path, mode=_FILE_MODE, thread_local=False)
+        try:
+            side.acquire(timeout=0)
+        except filelock.Timeout as e:
+            raise BlockingIOError(f"{self.side_path} is held by a live writer") from e
+        self._side = side
+
+    def release(self) -> None:
+        """Release a lock file taken (flock goes with the descriptor)."""
+        if self._side is not None:
+            self._side.release()
+            self._side = None
+            with contextlib.suppress(OSError):
+                self.side_path.unlink()
+
+
+def _orphans(
+    directory: Path, current: Path | None
+) -> Iterator[tuple[Path, IO[bytes], _WriterLock]]:
     """Spool files whose writer is gone, each opened and locked (skips live writers' files)."""
     for path in sorted(directory.glob(f"{PREFIX}*{SUFFIX}")):
         if path == current:
             continue
-        f = open(path, "rb")  # noqa: SIM115 (closed by the caller)
+        lock = _WriterLock(path)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            f = open(path, "rb")  # noqa: SIM115 (closed by the caller)
+        except FileNotFoundError:  # replayed and removed by another proxy meanwhile
+            continue
+        try:
+            lock.take(f.fileno())
         except OSError:  # another live proxy owns it
             f.close()
             continue
-        yield path, f
+        yield path, f, lock
+
+
+def _discard(path: Path, f: IO[bytes]) -> None:
+    """Delete a replayed file, under its lock. Windows deletes no open file: there the file is
+    closed first (its lock file still keeps other proxies off)."""
+    if fcntl is None:
+        f.close()
+    path.unlink()
 
 
 def _events(path: Path, f: IO[bytes]) -> Iterator[dict[str, Any]]:
@@ -385,10 +461,10 @@ def replay(spool: Spool) -> Replay:
     """
     rollouts: dict[str, ReplayedRollout] = {}
     committed: set[str] = set()
-    opened: list[tuple[Path, IO[bytes]]] = []
+    opened: list[tuple[Path, IO[bytes], _WriterLock]] = []
     try:
-        for path, f in _orphans(spool.directory, spool.path):
-            opened.append((path, f))
+        for path, f, lock in _orphans(spool.directory, spool.path):
+            opened.append((path, f, lock))
             for event in _events(path, f):
                 _apply(rollouts, committed, event)
         pending = [
@@ -399,11 +475,12 @@ def replay(spool: Spool) -> Replay:
         spool.append_many(e for r in pending for e in r.records())
         if opened:
             spool.sync()  # the copy must be on disk before the originals go
-        for path, _ in opened:
-            path.unlink()
+        for path, f, _ in opened:
+            _discard(path, f)
     finally:
-        for _, f in opened:
+        for _, f, lock in opened:
             f.close()
+            lock.release()
     if opened:
         log.info("replayed %d spool file(s): %d rollout(s) pending", len(opened), len(pending))
     return Replay(pending, committed)

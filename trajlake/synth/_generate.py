@@ -1,4 +1,11 @@
-"""Generation of synthetic rollouts with ground truth: config, batch, JSONL, success rates."""
+"""Generation of synthetic rollouts with ground truth: config, batch, JSONL, success rates.
+
+Every random draw comes from an RNG seeded by name (seed + task, seed + rollout, seed + text), so a
+task does not change with the policy or with how many tasks are drawn, the text never shifts the
+dynamics, and the same config always writes the same files. Values and credits go to the truth
+file, not into the trajectories: those carry only what the policy saw and did (observation and
+action in each assistant message's attrs, which behaviour cloning reads back).
+"""
 
 from __future__ import annotations
 
@@ -194,7 +201,7 @@ def _render(
     repo = task.repo
     rng = random.Random(f"synth:{config.seed}:text:{task.index}:{attempt}")
     renderer = TurnRenderer(repo, rng)
-    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=task.index)
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=task.index)
     start += dt.timedelta(seconds=7 * attempt)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": f"You are a software engineering agent working in /repo "

@@ -74,6 +74,7 @@ class TaskDynamics:
             p = self.p_fix if loc else self.p_fix / self.n_files
             return [(p, (loc, 2, 0)), (1 - p, (loc, 1, 0))]
         if action == "run_tests":
+            # Tests pass exactly when the edit is correct; a failure's traceback may locate the bug.
             result = 2 if edit == 2 else 1
             if loc or result == 2:
                 return [(1.0, (loc, edit, result))]
@@ -121,7 +122,7 @@ class PolicyParams:
         """Action probabilities in observation `obs` at a sampling temperature."""
         row = [x / temperature for x in self.logits[obs]]
         top = max(row)
-        exps = [math.exp(x - top) for x in row]
+        exps = [math.exp(x - top) for x in row]  # less the max: exp cannot overflow
         total = sum(exps)
         return tuple(x / total for x in exps)
 

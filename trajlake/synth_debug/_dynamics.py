@@ -111,6 +111,8 @@ class DebugDynamics:
         if action == "edit":
             return self._edit(state)
         if action == "test":
+            # The visible suite checks the primary bug and regressions only: it passes with
+            # secondary bugs still in place, the trap an early submit falls into.
             result = 2 if broken else 3 if primary == 2 else 1
             if primary == 0:  # the primary bug's traceback is in the output whenever it fails
                 found = (1, located, fixed, broken, result)
@@ -157,6 +159,7 @@ class DebugDynamics:
             if fixed:
                 targets.append((fixed / found, (primary, located, fixed)))
         out = []
+        # Tests go back to untested: the last run no longer describes the edited code.
         for p, (pr, lo, fx) in targets:
             out.append((p * self.p_break, (pr, lo, fx, 1, 0)))
             out.append((p * (1 - self.p_break), (pr, lo, fx, broken, 0)))

@@ -1,4 +1,9 @@
-"""Generation of debugging-environment rollouts with exact ground truth: config, tasks, batch."""
+"""Generation of debugging-environment rollouts with exact ground truth: config, tasks, batch.
+
+Built like `trajlake.synth._generate` (RNGs seeded by name, the truth in its own file, canonical
+JSONL) so the two environments are generated, ingested and evaluated the same way, and a credit
+source can be compared across both.
+"""
 
 from __future__ import annotations
 
@@ -223,7 +228,7 @@ def _render(
     repo = task.repo
     rng = random.Random(f"synth-debug:{config.seed}:text:{task.index}:{attempt}")
     renderer = DebugRenderer(repo, rng)
-    start = dt.datetime(2026, 2, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=3 * task.index)
+    start = dt.datetime(2026, 2, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=3 * task.index)
     start += dt.timedelta(seconds=11 * attempt)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": f"You are a coding agent in a checkout of {repo.package}. "

@@ -1,4 +1,9 @@
-"""The behaviour policy of the debugging environment: a tabular softmax over observations."""
+"""The behaviour policy of the debugging environment: a tabular softmax over observations.
+
+Tabular, so that exact values under the policy follow by dynamic programming
+(`_dynamics.value_matrix`); its default logits make a plausible, imperfect agent that falls for
+the environment's traps (an early submit after a misleading pass).
+"""
 
 from __future__ import annotations
 

@@ -1,84 +1,99 @@
-"""Value and reranking models: datasets from the lake, serializers, recipes, training, the CPU
-feature baseline, evaluation and reports. Nothing here imports torch until a neural model is
-built, trained or loaded."""
+"""Value and reranking models: train one from a recipe, load it, evaluate it, report on it.
 
-from trajlake.value.artifacts import SavedModel, load_model
-from trajlake.value.baseline import (
-    NUMERIC_FEATURES,
-    BaselineMetrics,
-    FeatureBaseline,
-    evaluate_baseline,
-    evaluate_model,
-    trajectory_features,
-)
-from trajlake.value.card import ModelCard, read_card
-from trajlake.value.dataset import ValueExample, balance, load_examples, split_by_task
-from trajlake.value.evaluate import Evaluation, evaluate_saved_model
-from trajlake.value.metrics import (
-    ReliabilityBin,
-    RerankAtK,
-    RerankMetrics,
-    auroc,
-    auroc_per_task,
-    best_at_k,
-    bootstrap_ci,
-    brier,
-    ece,
-    gap_closed,
-    pass_at_k,
-    random_at_k,
-    reliability_bins,
-    rerank_report,
-)
-from trajlake.value.recipe import Recipe, load_recipe, parse_recipe
-from trajlake.value.report import comparison_table, evaluation_report, write_report
-from trajlake.value.scoring import rerank_lake, score_to_lake
-from trajlake.value.serialize import Conversation, Serializer, as_conversation, serialize
-from trajlake.value.train import TrainedModel, train_value_model
+The names here are what a user calls; the parts behind them (serializers, datasets, losses, the
+`ValueTrainer` and its `ValueTrainingArguments`) are imported from their modules. Names load on
+first use, so importing one inference module (`trajlake.serve` loads `trajlake.value.scorer`)
+never pulls in training code, and nothing here imports torch until a neural model is built,
+trained or loaded (`trajlake.value.trainer`, which needs it, is not re-exported).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trajlake.value.artifacts import SavedModel, load_model
+    from trajlake.value.baseline import FeatureBaseline
+    from trajlake.value.dataset import load_examples, split_by_task
+    from trajlake.value.evaluate import Evaluation, evaluate_saved_model
+    from trajlake.value.metrics import (
+        auroc,
+        best_at_k,
+        bootstrap_ci,
+        brier,
+        ece,
+        gap_closed,
+        pass_at_k,
+        random_at_k,
+        rerank_report,
+    )
+    from trajlake.value.recipe import Recipe, load_recipe
+    from trajlake.value.report import comparison_table, evaluation_report, write_report
+    from trajlake.value.train import TrainedModel, train_value_model
+
+_LAZY = {
+    **dict.fromkeys(["SavedModel", "load_model"], "trajlake.value.artifacts"),
+    "FeatureBaseline": "trajlake.value.baseline",
+    **dict.fromkeys(["load_examples", "split_by_task"], "trajlake.value.dataset"),
+    **dict.fromkeys(["Evaluation", "evaluate_saved_model"], "trajlake.value.evaluate"),
+    **dict.fromkeys(
+        [
+            "auroc",
+            "best_at_k",
+            "bootstrap_ci",
+            "brier",
+            "ece",
+            "gap_closed",
+            "pass_at_k",
+            "random_at_k",
+            "rerank_report",
+        ],
+        "trajlake.value.metrics",
+    ),
+    **dict.fromkeys(["Recipe", "load_recipe"], "trajlake.value.recipe"),
+    **dict.fromkeys(
+        ["comparison_table", "evaluation_report", "write_report"], "trajlake.value.report"
+    ),
+    **dict.fromkeys(["TrainedModel", "train_value_model"], "trajlake.value.train"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trajlake.value' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
-    "NUMERIC_FEATURES",
-    "BaselineMetrics",
-    "Conversation",
     "Evaluation",
     "FeatureBaseline",
-    "ModelCard",
     "Recipe",
-    "ReliabilityBin",
-    "RerankAtK",
-    "RerankMetrics",
     "SavedModel",
-    "Serializer",
     "TrainedModel",
-    "ValueExample",
-    "as_conversation",
     "auroc",
-    "auroc_per_task",
-    "balance",
     "best_at_k",
     "bootstrap_ci",
     "brier",
     "comparison_table",
     "ece",
-    "evaluate_baseline",
-    "evaluate_model",
     "evaluate_saved_model",
     "evaluation_report",
     "gap_closed",
     "load_examples",
     "load_model",
     "load_recipe",
-    "parse_recipe",
     "pass_at_k",
     "random_at_k",
-    "read_card",
-    "reliability_bins",
-    "rerank_lake",
     "rerank_report",
-    "score_to_lake",
-    "serialize",
     "split_by_task",
     "train_value_model",
-    "trajectory_features",
     "write_report",
 ]

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trajlake.errors import missing_extra
+from trajlake.errors import MissingExtra
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -21,8 +21,10 @@ def new_figure(size: tuple[float, float], rows: int, cols: int, **kw: Any) -> tu
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-    except ImportError as e:
-        raise missing_extra("matplotlib", "train") from e
+    except ImportError as e:  # a base dependency: only a broken install lacks it
+        raise MissingExtra(
+            f"matplotlib draws the plots and could not be imported ({e}): pip install matplotlib"
+        ) from e
     fig = Figure(figsize=size, layout="constrained")
     FigureCanvasAgg(fig)
     return fig, fig.subplots(rows, cols, squeeze=False, **kw)

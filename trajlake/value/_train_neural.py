@@ -3,6 +3,8 @@ tokenizer, fit (whole-trajectory or prefix targets), save weights, score the tes
 
 from __future__ import annotations
 
+import logging
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,23 +13,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trajlake.errors import TrainingError, missing_extra
+from trajlake.value._train_inputs import is_main_process
+from trajlake.value.conversations import read_conversations
 from trajlake.value.dataset import ValueExample
 from trajlake.value.recipe import LoraSpec, Recipe
-from trajlake.value.serialize import Conversation, Serializer, as_conversation, n_turns
+from trajlake.value.serialize import Conversation, Serializer, n_turns
 
 if TYPE_CHECKING:
     from trajlake._progress import Progress
-    from trajlake.lake._lake import Lake
-    from trajlake.value.fit import FitConfig, TextExamples
-    from trajlake.value.train import TrainingData
+    from trajlake.lake import LakeStore
+    from trajlake.value._train_inputs import TrainingData
+    from trajlake.value.trainer import FitResult
+    from trajlake.value.trainer_args import ValueTrainingArguments
+    from trajlake.value.trainer_data import TextExamples
 
 
-def read_conversations(lake: Lake, snapshot_id: int, ids: Sequence[str]) -> dict[str, Conversation]:
-    """Canonical trajectories (with messages) at one snapshot, as conversations by id."""
-    from trajlake.export.jsonl import read_canonical
-
-    found = read_canonical(lake, at=snapshot_id, ids=list(ids))
-    return {row["trajectory_id"]: as_conversation(row) for row in found}
+log = logging.getLogger(__name__)
 
 
 def build_tokenizer(recipe: Recipe, train_convs: Sequence[Conversation]) -> Any:
@@ -84,7 +85,10 @@ def build_model(recipe: Recipe, tokenizer: Any) -> Any:
     torch.manual_seed(recipe.train.seed)  # the head (and a config-built backbone) start seeded
     if backbone.config is not None:
         config = {**backbone.config, "vocab_size": len(tokenizer)}
-        return ValueNet.from_backbone_config(config, pooling=backbone.pooling)
+        model = ValueNet.from_backbone_config(config, pooling=backbone.pooling)
+        if backbone.gradient_checkpointing:
+            model.enable_gradient_checkpointing()
+        return model
     return ValueNet.from_pretrained_backbone(
         backbone.name_or_path,  # type: ignore[arg-type]
         pooling=backbone.pooling,
@@ -116,37 +120,50 @@ def merge_lora(model: Any) -> None:
         model.backbone = model.backbone.merge_and_unload()
 
 
-def fit_config(recipe: Recipe, checkpoint_dir: Path | None) -> FitConfig:
-    """The recipe's `train` section as the fit loop's config."""
-    from trajlake.value.fit import FitConfig
+def training_arguments(
+    recipe: Recipe, output_dir: Path, val: TextExamples | None
+) -> ValueTrainingArguments:
+    """The recipe's `train` section as Trainer arguments, checkpointing into `output_dir`.
 
-    t = recipe.train
-    return FitConfig(
-        epochs=t.epochs,
-        batch_size=t.batch_size,
-        lr=t.lr,
-        weight_decay=t.weight_decay,
-        warmup_ratio=t.warmup_ratio,
-        grad_accum=t.grad_accum,
-        max_grad_norm=t.max_grad_norm,
-        loss=t.loss,
-        alpha=t.alpha,
-        seed=t.seed,
-        early_stopping_patience=t.early_stopping_patience,
-        eval_every=t.eval_every,
-        bf16=t.bf16,
-        gradient_checkpointing=recipe.backbone.gradient_checkpointing if recipe.backbone else False,
-        group_batches=t.loss != "bce",
-        max_steps=t.max_steps,
-        max_length=recipe.serializer.max_tokens,
-        checkpoint_dir=checkpoint_dir,
-    )
+    The best checkpoint is the one of highest validation AUROC, or lowest validation loss when
+    the validation labels have one class (AUROC is undefined there).
+    """
+    from trajlake.value.recipe import RecipeError
+    from trajlake.value.trainer_args import Selection, arguments_for_recipe
+
+    selection: Selection | None = None
+    if val is not None:
+        positive = val.targets >= 0.5
+        selection = "auroc" if positive.any() and not positive.all() else "loss"
+    try:
+        return arguments_for_recipe(
+            recipe.train,
+            output_dir=output_dir,
+            max_length=recipe.serializer.max_tokens,
+            selection=selection,
+        )
+    except (TypeError, ValueError) as e:
+        raise RecipeError(f"recipe {recipe.name!r}: train: {e}") from e
+
+
+def _resume_point(output_dir: Path, resume: bool) -> str | None:
+    """The latest checkpoint to resume from, when asked and one exists."""
+    if not resume:
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last: str | None = None
+    if output_dir.is_dir():
+        last = get_last_checkpoint(str(output_dir))  # type: ignore[no-untyped-call]
+    if last is None:
+        log.warning("no checkpoint under %s to resume from: training from the start", output_dir)
+    return last
 
 
 def _whole_examples(
     serializer: Serializer, convs: Mapping[str, Conversation], examples: Sequence[ValueExample]
 ) -> TextExamples:
-    from trajlake.value.fit import TextExamples
+    from trajlake.value.trainer_data import TextExamples
 
     texts = [
         serializer.text(convs[e.trajectory_id], turn=_last_turn(serializer, convs[e.trajectory_id]))
@@ -175,10 +192,19 @@ def _prefix_examples(
 
 
 def fit_neural(
-    lake: Lake, recipe: Recipe, data: TrainingData, directory: Path, progress: Progress
+    lake: LakeStore,
+    recipe: Recipe,
+    data: TrainingData,
+    directory: Path,
+    progress: Progress,
+    *,
+    resume: bool = False,
 ) -> tuple[np.ndarray, bool, dict[str, Any]]:
     """Fit the recipe's neural model; return test scores, whether they are probabilities, and
-    training facts for the model card."""
+    training facts for the model card.
+
+    Trainer checkpoints go to `<directory>/checkpoints` and are removed once the model is saved;
+    `resume` continues from the latest one an interrupted run left there."""
     from trajlake.value.neural import save_value_net, score_texts
 
     everything = [e for split in data.splits.values() for e in split]
@@ -193,9 +219,14 @@ def fit_neural(
         apply_lora(model, backbone.lora)
     started = time.perf_counter()
     if recipe.kind == "prefix-value":
-        result, extra = _fit_prefix(model, tokenizer, serializer, convs, data, recipe, directory)
+        result, extra = _fit_prefix(
+            model, tokenizer, serializer, convs, data, recipe, directory, progress
+        )
     else:
-        result = _fit_whole(model, tokenizer, serializer, convs, data, recipe, directory, progress)
+        train = _whole_examples(serializer, convs, data.splits["train"])
+        val = _whole_examples(serializer, convs, data.splits["val"]) if data.splits["val"] else None
+        examples = (train, val)
+        result = _fit_whole(model, tokenizer, examples, recipe, directory, progress, resume)
         extra = {}
     merge_lora(model)
     spec = model.spec(
@@ -203,10 +234,11 @@ def fit_neural(
         serializer=serializer.to_dict(),
         extra={"kind": recipe.kind, "loss": recipe.train.loss},
     )
-    from trajlake.value.train import is_main_process
-
     if is_main_process():
         save_value_net(directory, model, tokenizer, spec)
+        # The Trainer's checkpoints hold pickles (optimizer, RNG states) and served resuming
+        # only; the saved model is safetensors.
+        shutil.rmtree(directory / "checkpoints", ignore_errors=True)
     test = _whole_examples(serializer, convs, data.splits["test"])
     scores = score_texts(
         model, tokenizer, test.texts, batch_size=recipe.eval_batch_size, max_length=spec.max_length
@@ -225,45 +257,28 @@ def fit_neural(
 def _fit_whole(
     model: Any,
     tokenizer: Any,
-    serializer: Serializer,
-    convs: Mapping[str, Conversation],
-    data: TrainingData,
+    examples: tuple[TextExamples, TextExamples | None],
     recipe: Recipe,
     directory: Path,
     progress: Progress,
-) -> Any:
-    from trajlake.value.fit import fit_value_net
+    resume: bool,
+) -> FitResult:
+    from trajlake.value.trainer import train_value_net
 
-    train = _whole_examples(serializer, convs, data.splits["train"])
-    val = _whole_examples(serializer, convs, data.splits["val"]) if data.splits["val"] else None
-
-    reporter = _StepReporter(progress)
+    train, val = examples
+    output_dir = directory / "checkpoints"
     try:
-        return fit_value_net(
+        return train_value_net(
             model,
             tokenizer,
             train,
             val,
-            fit_config(recipe, directory / "checkpoints"),
-            progress=reporter,
+            training_arguments(recipe, output_dir, val),
+            progress=progress,
+            resume_from_checkpoint=_resume_point(output_dir, resume),
         )
     finally:
-        progress.finish()  # also after an early stop
-
-
-class _StepReporter:
-    """Adapts the fit loop's step callback to a `Progress` bar (the fit loop logs evaluations)."""
-
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.done = -1
-
-    def __call__(self, step: int, total: int, metrics: dict[str, Any]) -> None:
-        if self.done < 0:
-            self.progress.start("training", total)
-            self.done = 0
-        self.progress.advance(step - self.done)
-        self.done = step
+        progress.finish()  # also after an early stop or an error
 
 
 def _fit_prefix(
@@ -274,12 +289,14 @@ def _fit_prefix(
     data: TrainingData,
     recipe: Recipe,
     directory: Path,
-) -> tuple[Any, dict[str, Any]]:
+    progress: Progress,
+) -> tuple[FitResult, dict[str, Any]]:
     """Prefix value model: every turn boundary is an example. MC: the target is the outcome.
     TD(λ): each round recomputes λ-returns from the current model's values, then trains."""
-    from trajlake.value.fit import TextExamples, fit_value_net
     from trajlake.value.losses import td_lambda_targets
     from trajlake.value.neural import score_texts
+    from trajlake.value.trainer import train_value_net
+    from trajlake.value.trainer_data import TextExamples
 
     if serializer.kind != "prefix":
         raise TrainingError("a prefix-value recipe needs serializer.kind: prefix")
@@ -288,7 +305,6 @@ def _fit_prefix(
     if data.splits["val"]:
         v_texts, v_labels, v_groups, _ = _prefix_examples(serializer, convs, data.splits["val"])
         val = TextExamples(texts=v_texts, labels=v_labels, groups=v_groups)
-    config = fit_config(recipe, directory / "checkpoints")
     spec = recipe.prefix
     targets: list[float] = [float(y) for y in labels]
     rounds = spec.rounds if spec.target == "td" else 1
@@ -304,7 +320,13 @@ def _fit_prefix(
             )
             targets = _td_targets(values, labels, owners, spec.td_lambda, td_lambda_targets)
         train = TextExamples(texts=texts, labels=targets, groups=groups)
-        result = fit_value_net(model, tokenizer, train, val, config)
+        # Each round is a Trainer run of its own (new targets), with checkpoints of its own.
+        args = training_arguments(recipe, directory / "checkpoints" / f"round-{round_}", val)
+        try:
+            result = train_value_net(model, tokenizer, train, val, args, progress=progress)
+        finally:
+            progress.finish()
+    assert result is not None  # rounds >= 1
     return result, {
         "prefix_target": spec.target,
         "td_lambda": spec.td_lambda,

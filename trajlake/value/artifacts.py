@@ -1,8 +1,10 @@
-"""Saved value models on disk: recognise a model directory (neural or feature baseline), read
-its card, and score lake trajectories with it — the one entry point for eval, score and rerank.
+"""Saved value models on disk, either kind: load a model directory (neural or feature
+baseline) with its card and score lake trajectories with it — the one entry point for
+`trajlake eval value`, `score` and `rerank`.
 
-A model directory holds `model_card.json` and either `value_net.json` + `model.safetensors`
-(+ tokenizer files) or `baseline.json`. Pickled weights are never loaded.
+What a directory holds and how its kind is told is `model_files` (re-exported here); the neural
+model itself is a `NeuralScorer`. This module is lake-side scoring: it reads trajectories from a
+lake and may load the baseline, so inference (`trajlake.serve`) uses `NeuralScorer` instead.
 """
 
 from __future__ import annotations
@@ -14,57 +16,30 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trajlake.errors import ModelFormatError, NoSuchModel
+from trajlake.errors import NoSuchModel
 from trajlake.value.card import CARD_JSON, ModelCard, read_card
 from trajlake.value.dataset import ValueExample
+from trajlake.value.model_files import (
+    BASELINE_FILE,
+    NEURAL_FILE,
+    model_id_of,
+    model_kind,
+    neural_model_dir,
+)
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake
-    from trajlake.rerank import Reranker
+    from trajlake.lake import LakeStore
+    from trajlake.value.scorer import NeuralScorer
 
-NEURAL_FILE = "value_net.json"
-BASELINE_FILE = "baseline.json"
-
-
-def _directory(path: str | Path) -> Path:
-    directory = Path(path)
-    if not directory.exists():
-        raise NoSuchModel(f"{path}: no such model directory")
-    if not directory.is_dir():
-        raise ModelFormatError(f"{path}: a model is a directory (with {CARD_JSON}), not a file")
-    return directory
-
-
-def model_kind(path: str | Path) -> str:
-    """'neural' or 'baseline', from the files in the directory."""
-    directory = _directory(path)
-    if (directory / NEURAL_FILE).is_file():
-        return "neural"
-    if (directory / BASELINE_FILE).is_file():
-        return "baseline"
-    pickles = sorted(p.name for p in directory.glob("*") if p.suffix in (".bin", ".pt", ".pkl"))
-    hint = f" (found {', '.join(pickles)}: pickled weights are never loaded)" if pickles else ""
-    raise ModelFormatError(
-        f"{path}: not a trajlake model directory: neither {NEURAL_FILE} nor {BASELINE_FILE}{hint}"
-    )
-
-
-def neural_model_dir(path: str | Path) -> Path:
-    """The directory, checked to hold a neural model."""
-    if model_kind(path) != "neural":
-        raise ModelFormatError(
-            f"{path}: a feature baseline scores lake trajectories only (its features are SQL "
-            "over the lake): use `trajlake score` / `trajlake eval value` with --lake"
-        )
-    return Path(path)
-
-
-def model_id_of(path: str | Path) -> str:
-    """The model id from the card (the directory name when there is no card)."""
-    directory = Path(path)
-    if not (directory / CARD_JSON).is_file():
-        return directory.resolve().name
-    return read_card(directory).model_id
+__all__ = [
+    "BASELINE_FILE",
+    "NEURAL_FILE",
+    "SavedModel",
+    "load_model",
+    "model_id_of",
+    "model_kind",
+    "neural_model_dir",
+]
 
 
 @dataclass
@@ -86,20 +61,20 @@ class SavedModel:
         return loss.startswith("bce")
 
     @property
-    def reranker(self) -> Reranker:
-        """The neural model's Reranker (ModelFormatError for a baseline)."""
+    def scorer(self) -> NeuralScorer:
+        """The neural model's scorer (ModelFormatError for a baseline)."""
         if self.kind != "neural":
             neural_model_dir(self.directory)
         return self._impl  # type: ignore[no-any-return]
 
-    def score_lake(self, lake: Lake, snapshot_id: int, ids: Sequence[str]) -> np.ndarray:
+    def score_lake(self, lake: LakeStore, snapshot_id: int, ids: Sequence[str]) -> np.ndarray:
         """P(success) (or a ranking score) for trajectories of the lake, in the order of `ids`."""
         if not ids:
             return np.zeros(0)
         if self.kind == "baseline":
             examples = [_bare_example(i, snapshot_id) for i in ids]
             return np.asarray(self._impl.predict_proba(examples, lake, snapshot_id))
-        from trajlake.value._train_neural import read_conversations
+        from trajlake.value.conversations import read_conversations
 
         convs = read_conversations(lake, snapshot_id, ids)
         missing = [i for i in ids if i not in convs]
@@ -133,7 +108,7 @@ def load_model(path: str | Path, *, device: str | None = None, batch_size: int =
 
         impl: Any = FeatureBaseline.load(directory / BASELINE_FILE)
     else:
-        from trajlake.rerank import Reranker
+        from trajlake.value.scorer import NeuralScorer
 
-        impl = Reranker.load(directory, device=device, batch_size=batch_size)
+        impl = NeuralScorer.load(directory, device=device, batch_size=batch_size)
     return SavedModel(directory, kind, card, model_id, impl)

@@ -22,11 +22,12 @@ from trajlake.credit.value_model import (
     weights_of,
 )
 from trajlake.errors import TrajlakeError
+from trajlake.query import sql
 from trajlake.value.dataset import ValueExample, balance, load_examples, split_by_task
 from trajlake.value.metrics import RerankAtK, auroc, auroc_per_task, brier, ece, rerank_report
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 FORMAT = "trajlake.feature-logreg/1"
 OTHER = "<other>"
@@ -120,7 +121,7 @@ def _one_hot(values: Sequence[str | None], vocab: Sequence[str]) -> Array:
 
 
 def trajectory_features(
-    lake: Lake,
+    lake: LakeStore,
     ids: Sequence[str],
     at: SnapshotRef = None,
     *,
@@ -140,7 +141,7 @@ def trajectory_features(
     if not ids:
         raise ValueError("ids must not be empty")
     params = {"ids": list(ids), "report": _REPORT, "edit": _EDIT, "test": _TEST}
-    rows = {r[0]: r[1:] for r in lake.sql(_FEATURES_SQL, params, at=at).rows()}
+    rows = {r[0]: r[1:] for r in sql(lake, _FEATURES_SQL, params, at=at).rows()}
     missing = [i for i in ids if i not in rows]
     if missing:
         raise TrajlakeError(
@@ -175,7 +176,7 @@ class FeatureBaseline:
         self.scale: Array | None = None
         self.coef: Array | None = None
 
-    def features(self, lake: Lake, ids: Sequence[str], at: SnapshotRef = None) -> Array:
+    def features(self, lake: LakeStore, ids: Sequence[str], at: SnapshotRef = None) -> Array:
         """The model's feature matrix for `ids` (its fitted category vocabularies)."""
         matrix, _ = trajectory_features(
             lake, ids, at, harnesses=self.harnesses, policies=self.policies
@@ -183,7 +184,7 @@ class FeatureBaseline:
         return matrix
 
     def fit(
-        self, examples: Sequence[ValueExample], lake: Lake, at: SnapshotRef = None
+        self, examples: Sequence[ValueExample], lake: LakeStore, at: SnapshotRef = None
     ) -> FeatureBaseline:
         """Fit on labelled examples; `at` defaults to the examples' snapshot."""
         if not examples:
@@ -198,7 +199,7 @@ class FeatureBaseline:
         return self
 
     def predict_proba(
-        self, examples: Sequence[ValueExample], lake: Lake, at: SnapshotRef = None
+        self, examples: Sequence[ValueExample], lake: LakeStore, at: SnapshotRef = None
     ) -> Array:
         """P(success) per example, in order; `at` defaults to the examples' snapshot."""
         if self.coef is None or self.mean is None or self.scale is None:
@@ -255,7 +256,7 @@ class BaselineMetrics(TypedDict):
 
 def evaluate_model(
     model: FeatureBaseline,
-    lake: Lake,
+    lake: LakeStore,
     examples: Sequence[ValueExample],
     *,
     at: SnapshotRef = None,
@@ -282,7 +283,7 @@ def evaluate_model(
 
 
 def evaluate_baseline(
-    lake: Lake,
+    lake: LakeStore,
     *,
     at: SnapshotRef = None,
     where: str | None = None,

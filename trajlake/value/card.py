@@ -14,8 +14,7 @@ from trajlake.errors import ModelFormatError
 from trajlake.records import rows_for_table
 
 if TYPE_CHECKING:
-    from trajlake.lake._commit import CommitResult
-    from trajlake.lake._lake import Lake
+    from trajlake.lake import CommitResult, LakeStore
 
 CARD_FORMAT = "trajlake.model-card/1"
 CARD_JSON = "model_card.json"
@@ -64,7 +63,7 @@ class ModelCard:
     """Held-out test metrics (Best@n, Random@n, Pass@n, gap closed, AUROC, Brier, ECE)."""
     training: dict[str, Any] = field(default_factory=dict)
     """History, best epoch, tokens/s, seconds, library versions."""
-    created_at: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat())
+    created_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
     format: str = CARD_FORMAT
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,7 +167,7 @@ def card_markdown(card: ModelCard) -> str:
 
 
 def register_model(
-    lake: Lake, card: ModelCard, *, artifact_uri: str, parent_model_id: str | None = None
+    lake: LakeStore, card: ModelCard, *, artifact_uri: str, parent_model_id: str | None = None
 ) -> CommitResult:
     """Add the model's row to the lake's `models` table (a new snapshot; a no-op if present)."""
     row = {

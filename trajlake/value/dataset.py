@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
-from trajlake._query_where import where_ids
+from trajlake.query import sql, where_ids
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 LabelSource = str
 """`outcomes` (the effective outcome) or `labels:<source>` (only that verifier's labels)."""
@@ -46,7 +46,7 @@ def label_relation(label: LabelSource) -> str:
     source = label.removeprefix("labels:")
     if not label.startswith("labels:") or not source:
         raise ValueError(f"label must be 'outcomes' or 'labels:<source>', got {label!r}")
-    from trajlake._query_views import outcomes_sql
+    from trajlake.query import outcomes_sql
 
     return f"({outcomes_sql(source)})"
 
@@ -63,7 +63,7 @@ def _sql_query(where: str | None, label: LabelSource) -> str:
 
 
 def load_examples(
-    lake: Lake,
+    lake: LakeStore,
     *,
     at: SnapshotRef = None,
     where: str | None = None,
@@ -87,7 +87,7 @@ def load_examples(
     """
     query = _sql_query(where, label)
     snapshot = lake.snapshot(at)
-    rows = lake.sql(query, at=snapshot.snapshot_id).rows()
+    rows = sql(lake, query, at=snapshot.snapshot_id).rows()
     examples = []
     for trajectory_id, task_id, resolved, reward, source, harness, policy, run_id in rows:
         positive = bool(resolved) if resolved is not None else float(reward) > 0.0

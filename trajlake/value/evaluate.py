@@ -13,7 +13,7 @@ from trajlake.value.artifacts import SavedModel
 from trajlake.value.dataset import ValueExample, load_examples, split_by_task
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 Split = Literal["test", "all"]
 
@@ -27,7 +27,7 @@ class Evaluation:
 
 
 def select_examples(
-    lake: Lake,
+    lake: LakeStore,
     model: SavedModel,
     *,
     at: SnapshotRef = None,
@@ -57,7 +57,7 @@ def select_examples(
 
 
 def evaluate_saved_model(
-    lake: Lake,
+    lake: LakeStore,
     model: SavedModel,
     *,
     at: SnapshotRef = None,

@@ -1,18 +1,24 @@
 """A trained neural prefix value model as a credit value source (`value-model:<model dir>`):
-V(s_t) for every turn boundary of every trajectory, scored from the lake's messages."""
+V(s_t) for every turn boundary of every trajectory, scored from the lake's messages.
+
+Credit may not import value models, so this source joins credit's registry from here: `SPEC`
+is the `value-model:` entry point (pyproject.toml), taking the targets that are directories
+(credit's own `value-model:` spec takes `builtin` and JSON files).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from trajlake.credit._types import TrajectoryTurns
+from trajlake.credit._types import TrajectoryTurns, ValueSource
+from trajlake.credit.registry import ValueSourceSpec
 from trajlake.errors import ModelFormatError
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake
+    from trajlake.lake import LakeStore
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +35,7 @@ class NeuralPrefixValues:
 
     name = "value-model"
 
-    def __init__(self, path: str | Path, *, lake: Lake, at: int | None = None) -> None:
+    def __init__(self, path: str | Path, *, lake: LakeStore, at: int | None = None) -> None:
         from trajlake.value.artifacts import load_model
 
         self.model = load_model(path)
@@ -46,17 +52,17 @@ class NeuralPrefixValues:
 
     def values(self, trajectories: Sequence[TrajectoryTurns]) -> dict[str, list[float]]:
         """V(s_0) … V(s_T) per trajectory id (T + 1 values)."""
-        from trajlake.value._train_neural import read_conversations
+        from trajlake.value.conversations import read_conversations
 
         snapshot = self.lake.snapshot(self.at).snapshot_id
         convs = read_conversations(self.lake, snapshot, [t.trajectory_id for t in trajectories])
-        reranker = self.model.reranker
+        scorer = self.model.scorer
         out: dict[str, list[float]] = {}
         for trajectory in trajectories:
             conv = convs.get(trajectory.trajectory_id)
             if conv is None:
                 continue
-            texts = reranker.serializer.prefix_texts(conv)
+            texts = scorer.serializer.prefix_texts(conv)
             if len(texts) != len(trajectory.turns) or not texts:
                 log.info(
                     "%s: %d turns in the lake, %d in the conversation: left out",
@@ -65,21 +71,21 @@ class NeuralPrefixValues:
                     len(texts),
                 )
                 continue
-            scores = self._score(texts)
+            scores = scorer.score_texts(texts)
             last = scores[-1] if trajectory.outcome is None else float(trajectory.outcome)
             out[trajectory.trajectory_id] = [self.prior, *scores[:-1], last]
         return out
 
-    def _score(self, texts: list[str]) -> list[float]:
-        from trajlake.value.neural import score_texts
 
-        reranker = self.model.reranker
-        scores = score_texts(
-            reranker.model,
-            reranker.tokenizer,
-            texts,
-            batch_size=reranker.batch_size,
-            max_length=reranker.spec.max_length,
-            device=reranker.device,
-        )
-        return [float(s) for s in scores]
+def _build(name: str, **kw: Any) -> ValueSource:
+    return NeuralPrefixValues(name.removeprefix("value-model:"), **kw)
+
+
+SPEC = ValueSourceSpec(
+    "value-model:",
+    _build,
+    usage="value-model:<path.json|model dir|builtin>",
+    reads_observations=True,  # it reads the trajectories' messages at the run's snapshot
+    accepts=lambda target: target not in ("", "builtin") and Path(target).is_dir(),
+)
+"""`value-model:<model dir>` in credit's registry (the `trajlake.value_sources` entry point)."""

@@ -113,7 +113,18 @@ class DataSpec(_Section):
 
 
 class TrainSpec(_Section):
-    """Optimisation (mirrors `trajlake.value.fit.FitConfig`)."""
+    """Optimisation: the recipe's names for `ValueTrainingArguments` fields.
+
+    Each key maps onto one `transformers.TrainingArguments` field (epochs → num_train_epochs,
+    batch_size → per_device_train_batch_size, grad_accum → gradient_accumulation_steps, lr →
+    learning_rate, eval_every → eval/save/logging steps) or a value-model one (loss, alpha,
+    early_stopping_patience); any other key is passed to `ValueTrainingArguments` as it is
+    (`report_to: tensorboard`, `save_total_limit: 3`, ...) and checked when training starts.
+    """
+
+    # Extra keys are Trainer arguments; they are validated against TrainingArguments then,
+    # because importing transformers to read a recipe would cost every baseline user torch.
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     epochs: int = Field(3, ge=1, description="Passes over the training set.")
     batch_size: int = Field(8, ge=1, description="Examples per step (per device).")
@@ -124,7 +135,9 @@ class TrainSpec(_Section):
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     loss: LossKind = Field("bce", description="Pointwise BCE, Bradley–Terry, listwise, or mixes.")
     alpha: float = Field(1.0, ge=0, description="Weight of the ranking term in bce+bt/listwise.")
-    early_stopping_patience: int = Field(2, ge=0, description="Evaluations without improvement.")
+    early_stopping_patience: int = Field(
+        2, ge=0, description="Evaluations without improvement before stopping (0 = never stop)."
+    )
     eval_every: int = Field(0, ge=0, description="Evaluate every N steps (0 = every epoch).")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
     bf16: bool = Field(False, description="bfloat16 autocast (CUDA only).")

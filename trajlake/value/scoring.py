@@ -8,19 +8,18 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trajlake._query_where import where_ids
+from trajlake.query import sql, where_ids
 from trajlake.records import rows_for_table
 from trajlake.value.artifacts import SavedModel
 
 if TYPE_CHECKING:
-    from trajlake.lake._commit import CommitResult
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import CommitResult, LakeStore, SnapshotRef
 
 _GROUP_COLUMNS = ("task_id", "group_id", "run_id", "policy_model", "harness", "generation")
 
 
 def _selection(
-    lake: Lake, snapshot_id: int, where: str | None, group_by: str
+    lake: LakeStore, snapshot_id: int, where: str | None, group_by: str
 ) -> list[tuple[str, Any, Any, Any]]:
     """(trajectory id, group, resolved, reward) of the selected trajectories."""
     if group_by not in _GROUP_COLUMNS:
@@ -31,11 +30,11 @@ def _selection(
         FROM trajectories t LEFT JOIN outcomes o USING (trajectory_id)
         WHERE {where_ids(where, "t.trajectory_id")} ORDER BY t.trajectory_id
     """
-    return [tuple(r) for r in lake.sql(query, at=snapshot_id).rows()]
+    return [tuple(r) for r in sql(lake, query, at=snapshot_id).rows()]
 
 
 def score_to_lake(
-    lake: Lake, model: SavedModel, *, at: SnapshotRef = None, where: str | None = None
+    lake: LakeStore, model: SavedModel, *, at: SnapshotRef = None, where: str | None = None
 ) -> tuple[CommitResult, int]:
     """Score the selected trajectories and append `scores` rows (turn = null: whole
     trajectory) in one commit; trajectories already scored by this model are kept as they are."""
@@ -43,7 +42,7 @@ def score_to_lake(
     rows = _selection(lake, snapshot.snapshot_id, where, "task_id")
     ids = [r[0] for r in rows]
     scores = model.score_lake(lake, snapshot.snapshot_id, ids)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     records = [
         {
             "model_id": model.model_id,
@@ -89,7 +88,7 @@ class GroupRanking:
 
 
 def rerank_lake(
-    lake: Lake,
+    lake: LakeStore,
     model: SavedModel,
     *,
     at: SnapshotRef = None,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,9 @@ import numpy as np
 
 from trajlake._names import check_name, refuse_inside_lake
 from trajlake._progress import NullProgress, Progress
-from trajlake.errors import TrainingError, UnsupportedStorage
+from trajlake.errors import UnsupportedStorage
+from trajlake.query import sql
+from trajlake.value._train_inputs import TrainingData, is_main_process, prepare_data
 from trajlake.value.artifacts import BASELINE_FILE
 from trajlake.value.card import (
     Lineage,
@@ -28,23 +29,12 @@ from trajlake.value.card import (
     split_counts,
     write_card,
 )
-from trajlake.value.dataset import ValueExample, balance, load_examples, split_by_task
 from trajlake.value.recipe import Recipe
 
 if TYPE_CHECKING:
-    from trajlake.lake._lake import Lake, SnapshotRef
+    from trajlake.lake import LakeStore, SnapshotRef
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainingData:
-    """Labelled examples at one snapshot, split by task (train is balanced when asked)."""
-
-    snapshot_id: int
-    tags: list[str]
-    where: str | None
-    splits: dict[str, list[ValueExample]]
 
 
 @dataclass(frozen=True)
@@ -59,53 +49,6 @@ class TrainedModel:
     registered_snapshot: int | None
 
 
-def is_main_process() -> bool:
-    """True unless this is a non-zero rank of a torchrun / accelerate launch job."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-def prepare_data(
-    lake: Lake, recipe: Recipe, *, at: SnapshotRef = None, where: str | None = None
-) -> TrainingData:
-    """Examples with outcomes at one snapshot, split by task hash; training negatives balanced.
-
-    The snapshot recorded is the first one with the same input tables as `at` (commits that
-    only register models or store scores do not change what a model trains on).
-    """
-    from trajlake.credit.runs import input_snapshot
-
-    requested = lake.snapshot(at).snapshot_id
-    snapshot = lake.snapshot(input_snapshot(lake, requested))
-    where = where if where is not None else recipe.data.where
-    examples = load_examples(lake, at=snapshot.snapshot_id, where=where, label=recipe.data.label)
-    spec = recipe.data
-    splits = split_by_task(
-        examples, val_frac=spec.val_frac, test_frac=spec.test_frac, seed=spec.split_seed
-    )
-    if spec.balance is not None:
-        splits["train"] = balance(splits["train"], ratio=spec.balance, seed=spec.split_seed)
-    _check_splits(splits, len(examples))
-    # Tags of every snapshot with this same input (e.g. `gen-0` set after a credit run), the
-    # requested snapshot's first.
-    same_input = [t for t in lake.tags() if snapshot.snapshot_id <= t.snapshot_id <= requested]
-    tags = [t.name for t in sorted(same_input, key=lambda t: (t.snapshot_id != requested, t.name))]
-    return TrainingData(snapshot.snapshot_id, tags, where, splits)
-
-
-def _check_splits(splits: dict[str, list[ValueExample]], n_examples: int) -> None:
-    if n_examples == 0:
-        raise TrainingError("no trajectories with outcomes in the selection: label some first")
-    train = splits["train"]
-    positives = sum(e.label for e in train)
-    if not train or positives == 0 or positives == len(train):
-        raise TrainingError(
-            f"the training split has {len(train)} examples and {positives} positives: a value "
-            "model needs both outcomes; select more tasks or change data.split_seed/test_frac"
-        )
-    if not splits["test"]:
-        raise TrainingError("the task split left no test tasks: raise data.test_frac")
-
-
 def model_id_for(recipe: Recipe, data: TrainingData) -> str:
     """`<name>-s<snapshot>-<hash of recipe + selection>`: the same recipe on the same data is
     the same model (re-registering it is a no-op)."""
@@ -114,7 +57,7 @@ def model_id_for(recipe: Recipe, data: TrainingData) -> str:
     return check_name("model id", f"{recipe.name}-s{data.snapshot_id}-{digest}")
 
 
-def default_model_dir(lake: Lake, model_id: str) -> Path:
+def default_model_dir(lake: LakeStore, model_id: str) -> Path:
     """Local lakes keep models beside their tables (`<lake>/models/<id>`); others need --out."""
     if not lake.location.is_local:
         raise UnsupportedStorage(
@@ -124,7 +67,7 @@ def default_model_dir(lake: Lake, model_id: str) -> Path:
 
 
 def train_value_model(
-    lake: Lake,
+    lake: LakeStore,
     recipe: Recipe,
     *,
     at: SnapshotRef = None,
@@ -132,6 +75,7 @@ def train_value_model(
     out: str | Path | None = None,
     register: bool = True,
     progress: Progress | None = None,
+    resume: bool = False,
 ) -> TrainedModel:
     """Train `recipe` on the lake at `at`, evaluate on held-out tasks, save and register it.
 
@@ -143,6 +87,8 @@ def train_value_model(
         out: Model directory (default: `<lake>/models/<model id>` for local lakes).
         register: Add the model to the lake's `models` table (a new snapshot).
         progress: Reporter of the optimisation steps (the CLI draws a bar).
+        resume: Continue an interrupted neural training run from the latest Trainer checkpoint
+            in `<out>/checkpoints` (same recipe and data, so the same directory).
 
     Returns:
         The model id, directory, card and held-out evaluation report.
@@ -158,7 +104,7 @@ def train_value_model(
     directory.mkdir(parents=True, exist_ok=True)
     log.info("training %s on snapshot %s into %s", model_id, data.snapshot_id, directory)
 
-    fitted = _fit(lake, recipe, data, directory, progress)
+    fitted = _fit(lake, recipe, data, directory, progress, resume)
     if not is_main_process():  # under torchrun / accelerate launch, rank 0 writes and registers
         return TrainedModel(model_id, directory, None, {}, None)
     test = data.splits["test"]
@@ -188,17 +134,24 @@ class _Fitted:
 
 
 def _fit(
-    lake: Lake, recipe: Recipe, data: TrainingData, directory: Path, progress: Progress
+    lake: LakeStore,
+    recipe: Recipe,
+    data: TrainingData,
+    directory: Path,
+    progress: Progress,
+    resume: bool,
 ) -> _Fitted:
     if recipe.kind == "baseline":
         return _fit_baseline(lake, recipe, data, directory)
     from trajlake.value._train_neural import fit_neural
 
-    scores, calibrated, training = fit_neural(lake, recipe, data, directory, progress)
+    scores, calibrated, training = fit_neural(
+        lake, recipe, data, directory, progress, resume=resume
+    )
     return _Fitted(scores, calibrated, training)
 
 
-def _fit_baseline(lake: Lake, recipe: Recipe, data: TrainingData, directory: Path) -> _Fitted:
+def _fit_baseline(lake: LakeStore, recipe: Recipe, data: TrainingData, directory: Path) -> _Fitted:
     from trajlake.value.baseline import FeatureBaseline
 
     model = FeatureBaseline(l2=recipe.baseline.l2, top_n=recipe.baseline.top_n)
@@ -226,9 +179,10 @@ def headline_metrics(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _generations(lake: Lake, data: TrainingData) -> list[int]:
+def _generations(lake: LakeStore, data: TrainingData) -> list[int]:
     ids = [e.trajectory_id for e in data.splits["train"]]
-    rows = lake.sql(
+    rows = sql(
+        lake,
         "SELECT DISTINCT generation FROM trajectories WHERE generation IS NOT NULL "
         "AND trajectory_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY 1",
         [ids],
@@ -238,7 +192,7 @@ def _generations(lake: Lake, data: TrainingData) -> list[int]:
 
 
 def _card(
-    lake: Lake,
+    lake: LakeStore,
     recipe: Recipe,
     data: TrainingData,
     model_id: str,
