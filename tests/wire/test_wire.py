@@ -133,6 +133,26 @@ def test_a_stream_cut_anywhere_reassembles_to_the_same_body() -> None:
         assert split.body() == expected
 
 
+def test_a_tool_call_keeps_its_id_when_later_chunks_send_an_empty_one() -> None:
+    def call(delta: dict[str, object]) -> dict[str, object]:
+        return {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, **delta}]}}]}
+
+    chunks = [
+        {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+        call({"id": "call_1", "type": "function", "function": {"name": "sh", "arguments": ""}}),
+        call({"id": "", "type": "", "function": {"arguments": '{"cmd": '}}),
+        call({"id": None, "function": {"arguments": '"ls"}'}}),
+    ]
+    stream = StreamAssembler("chat")
+    stream.feed("".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode())
+    (tool_call,) = stream.body()["choices"][0]["message"]["tool_calls"]
+    assert tool_call == {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "sh", "arguments": '{"cmd": "ls"}'},
+    }
+
+
 def test_values_read_loose_spellings_and_refuse_the_rest() -> None:
     verdicts = [as_bool(v) for v in ("Resolved", "fail", 1, 0.5, None)]
     assert verdicts == [True, False, True, None, None]

@@ -170,7 +170,9 @@ class _Chat:
         index = index if isinstance(index, int) else len(calls)
         call = calls.setdefault(index, {"function": {"arguments": ""}})
         for key in ("id", "type"):
-            if delta.get(key) is not None:
+            # The first non-empty value wins: some servers repeat the key with "" (or null) on
+            # every later chunk of the call, which must not erase the id the client will answer.
+            if delta.get(key) not in (None, "") and not call.get(key):
                 call[key] = delta[key]
         function = _map(delta.get("function"))
         if function.get("name") is not None:
