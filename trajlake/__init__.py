@@ -6,9 +6,10 @@ at any snapshot or tag, and export them. Heavy dependencies (torch) are never im
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trajlake._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from trajlake.api import Lake, init_lake, open_lake
@@ -66,17 +67,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trajlake' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports("trajlake", _LAZY, globals())
 
 
 __all__ = [

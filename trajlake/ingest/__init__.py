@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trajlake._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from trajlake.ingest._adapter import Adapter, BadRecord, ParsedTrajectory
@@ -38,17 +39,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trajlake.ingest' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports("trajlake.ingest", _LAZY, globals())
 
 
 __all__ = [

@@ -9,8 +9,9 @@ trained or loaded (`trajlake.value.trainer`, which needs it, is not re-exported)
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trajlake._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from trajlake.value.artifacts import SavedModel, load_model
@@ -59,17 +60,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trajlake.value' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports("trajlake.value", _LAZY, globals())
 
 
 __all__ = [
