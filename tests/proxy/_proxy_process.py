@@ -107,8 +107,8 @@ class ProxyProcess:
 
 
 def spool_bytes(spool: Path) -> int:
-    """Total size of the spool's files."""
-    return sum(p.stat().st_size for p in spool.glob("*.jsonl"))
+    """Total size of the spool's files: its line files and body files."""
+    return sum(p.stat().st_size for p in spool.rglob("*") if p.is_file())
 
 
 def file_mode(path: Path) -> int:

@@ -78,7 +78,8 @@ def test_a_live_spool_is_left_alone_and_a_closed_one_replayed(tmp_path: Path) ->
     assert [json.loads(line)["rollout_id"] for line in lines] == ["r-live"]  # copied over
     for spool in (starting, again):
         spool.close(remove=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no lock file left behind
+    # No writer's lock file left behind (the one replay lock of the folder stays).
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".replay.lock"]
 
 
 @pytest.mark.usefixtures("no_fcntl")
@@ -106,7 +107,8 @@ def test_a_killed_writer_without_fcntl_is_replayed(tmp_path: Path, no_fcntl: Non
         (pending,) = replay(starting).pending  # the OS dropped the dead writer's lock
         assert pending.rollout_id == "r-dead" and not path.exists()
         starting.close(remove=True)
-        assert list(tmp_path.iterdir()) == []  # the dead writer's lock file went with its file
+        # The dead writer's lock file went with its file (the folder's replay lock stays).
+        assert [p.name for p in tmp_path.iterdir()] == [".replay.lock"]
     finally:
         if writer.poll() is None:
             writer.kill()

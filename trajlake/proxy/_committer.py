@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from trajlake.proxy.spool import Spool, SpooledJSON, SpoolError, finish_event
+from trajlake.proxy.spool import Spool, SpooledJSON, SpoolError, body_files, finish_event
 from trajlake.records import rows_for_table, trajectories_to_tables
 from trajlake.redact import Redactor, redact_trajectory
 from trajlake.schema import CanonicalTrajectory
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from trajlake.lake import LakeStore
     from trajlake.proxy.reconstruct import RecordedCall
 
-__all__ = ["IDLE_CLOSED", "Committer", "FinishedRollout", "build_rollout"]
+__all__ = ["IDLE_CLOSED", "Committer", "FinishedRollout", "build_rollout", "committed_in_lake"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,20 @@ class FinishedRollout:
             out.append({"kind": "outcome", "rollout_id": self.rollout_id, "outcome": self.outcome})
         out.append(finish_event(self.rollout_id, self.status, self.closed))
         return out
+
+
+def committed_in_lake(lake: LakeStore) -> set[str]:
+    """Ids of the proxy's trajectories in the lake (two columns of one table, read once)."""
+    import pyarrow.compute as pc
+
+    from trajlake.proxy.reconstruct import SOURCE_FORMAT
+
+    started = time.perf_counter()
+    table = lake.read_table("trajectories", columns=["trajectory_id", "source_format"])
+    mine = table.filter(pc.equal(table.column("source_format"), SOURCE_FORMAT))
+    ids = set(mine.column("trajectory_id").to_pylist())
+    log.debug("%d finished rollout id(s) loaded in %.3f s", len(ids), time.perf_counter() - started)
+    return ids
 
 
 def _recorded_call(record: Mapping[str, Any]) -> RecordedCall:
@@ -310,6 +324,10 @@ class Committer:
             self._lake.commit(tables, operation="proxy", summary=summary)
         with contextlib.suppress(SpoolError):
             self._spool.mark_committed(done)
+            # In the lake and marked so: the body files are not needed any more.
+            committed = set(done)
+            kept = (c for item in batch if item.rollout_id in committed for c in item.calls)
+            self._spool.bodies.discard(body_files(kept))
         with self._cond:
             self._counts["committed_rollouts"] += len(done)
             self._counts["committed_calls"] += n_calls

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -193,18 +194,23 @@ def json_copy(data: bytes, encoding: str | None) -> tuple[Any, str | None]:
 def without_lone_surrogates(value: Any, raw: bytes) -> Any:
     """`value` (parsed from `raw`) with each lone surrogate (`"\\ud800"` in JSON) replaced by
     its escape as text: such a string cannot be written as UTF-8, so it is kept escaped.
-    The text is searched first; bodies without a `\\uD...` escape are returned as they are."""
-    if b"\\ud" not in raw and b"\\uD" not in raw:
+    The text is searched once first; bodies without a surrogate escape (`\\uD800`-`\\uDFFF`)
+    are returned as they are (an emoji sent as an escaped pair has one, and is whole)."""
+    if _SURROGATE_ESCAPE.search(raw) is None:
         return value
+    return _escape_lone(value)
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _escape_lone(value: Any) -> Any:
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode() if _lone(value) else value
     if isinstance(value, dict):
-        return {
-            without_lone_surrogates(k, raw): without_lone_surrogates(v, raw)
-            for k, v in value.items()
-        }
+        return {_escape_lone(k): _escape_lone(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [without_lone_surrogates(v, raw) for v in value]
+        return [_escape_lone(v) for v in value]
     return value
 
 
@@ -487,12 +493,14 @@ class Forwarder:
         return self._session
 
 
-def _payload(raw: bytes) -> bytes | io.BytesIO | None:
-    """The body as the client library wants it: large ones as a file, which it sends in parts
-    (raw bytes past 1 MiB make aiohttp warn that the loop could block)."""
+def _payload(raw: bytes) -> Any:
+    """The body as the client library wants it: large ones sent in slices, uncopied (raw
+    bytes past 1 MiB make aiohttp warn that the loop could block)."""
+    from trajlake.proxy._sliced import SlicedBytes
+
     if not raw:
         return None
-    return io.BytesIO(raw) if len(raw) > 1 << 20 else raw
+    return SlicedBytes(raw) if len(raw) > 1 << 20 else raw
 
 
 def _multi(pairs: list[tuple[str, str]]) -> Any:

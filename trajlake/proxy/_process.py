@@ -3,10 +3,11 @@
 Parsing, redacting and encoding a 16 MiB request are long C calls that hold the lock for tens
 of milliseconds each; in a thread they still stall the event loop for as long. The recorder
 hands such a request's decoded bytes to one worker process (`RecordingProcess.request`), which
-parses, redacts and encodes its spool line with the rollout's redactor and returns the line;
-the proxy writes it. A finished rollout holding such requests is reconstructed and redacted
-there too (`RecordingProcess.build`), returned as Arrow tables. Only bytes and small objects
-cross: the proxy never turns the big body into Python strings.
+parses, redacts and encodes it with the rollout's redactor and writes it to its body file
+(`trajlake/proxy/_bodies.py`); the proxy spools a short line naming that file. A finished
+rollout holding such requests is reconstructed and redacted there too (`RecordingProcess.build`,
+reading the body files itself), returned as Arrow tables. Only the request's bytes, one way,
+and small objects cross: the proxy never turns the big body into Python strings.
 
 The worker keeps, per rollout, the redaction cache (original → redacted text) of what the proxy
 sent it and of the big strings it redacted itself, so a request repeating a history reads the
@@ -27,9 +28,11 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trajlake.proxy.spool import SpooledJSON, SpoolError, _encode
+from trajlake.proxy._bodies import write_body
+from trajlake.proxy.spool import SpoolError, encode_value
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,11 +63,9 @@ def parse_body(plain: bytes) -> Any:
 
 @dataclass
 class RecordedRequest:
-    """What the worker sends back for a request: its spool line and the redactor's new state."""
+    """What the worker sends back for a request it wrote to its body file: whether it
+    streams, and the redactor's new state."""
 
-    line: bytes
-    start: int
-    """Where the request value begins in `line` (it is the line's last value)."""
     stream: bool
     redactor: Redactor
     found: int
@@ -73,9 +74,6 @@ class RecordedRequest:
     generation: int = 0
     """The worker that holds the rollout's cache now."""
 
-    def spooled(self) -> SpooledJSON:
-        return SpooledJSON(self.line, self.start, self.stream)
-
 
 # --------------------------------------------------------------------------- worker side
 
@@ -83,10 +81,10 @@ _caches: dict[str, dict[str, str]] = {}
 """The worker's redaction cache per rollout (all it was sent plus the big strings it saw)."""
 
 
-def _request(header: dict[str, Any], plain: bytes) -> tuple[RecordedRequest, bytes]:
+def _request(header: dict[str, Any], plain: bytes) -> RecordedRequest:
     from trajlake.redact import redact_json
 
-    rid, event, redactor = header["rollout_id"], header["event"], header["redactor"]
+    rid, redactor = header["rollout_id"], header["redactor"]
     for gone in header["forget"]:
         _caches.pop(gone, None)
     cache = _caches.setdefault(rid, {})
@@ -100,11 +98,9 @@ def _request(header: dict[str, Any], plain: bytes) -> tuple[RecordedRequest, byt
     new = dict(itertools.islice(cache.items(), before, None))
     small = {k: v for k, v in new.items() if len(k) < big}
     stream = isinstance(body, dict) and bool(body.get("stream"))
-    event = {**event, "stream": stream}
-    head = _encode([{**event, "request": None}])
-    start = len(head) - len(b"null}\n")
-    line = _encode([{**event, "request": redacted}])
-    return RecordedRequest(b"", start, stream, redactor, found, small), line
+    text = encode_value(redacted)
+    write_body(Path(header["body"]), text, fsync=header["fsync"])
+    return RecordedRequest(stream, redactor, found, small)
 
 
 def _build(item: FinishedRollout) -> tuple[dict[str, bytes], int]:
@@ -135,9 +131,7 @@ def _serve(conn: Connection) -> None:
             return
         try:
             if kind == "request":
-                reply, line = _request(header, conn.recv_bytes())
-                conn.send(("ok", reply))
-                conn.send_bytes(line)
+                conn.send(("ok", _request(header, conn.recv_bytes())))
             elif kind == "build":
                 conn.send(("ok", _build(header)))
             else:
@@ -204,12 +198,15 @@ class RecordingProcess:
         self,
         rollout_id: str,
         plain: bytes,
-        event: dict[str, Any],
+        body: Path,
         redactor: Redactor,
         cache: dict[str, str],
         shipped: tuple[int, int],
+        *,
+        fsync: bool,
     ) -> RecordedRequest:
-        """Parse, redact and encode a request event in the worker.
+        """Parse, redact and encode a request in the worker, which writes it to `body` (a new
+        body file; with `fsync`, durably).
 
         `cache` is the rollout's whole redaction cache here; `shipped` says how much of it
         (which worker, how many first entries) the worker holds already: only the rest is sent.
@@ -223,7 +220,8 @@ class RecordingProcess:
             skip = 0 if reset else shipped[1]
             header = {
                 "rollout_id": rollout_id,
-                "event": event,
+                "body": str(body),
+                "fsync": fsync,
                 "redactor": redactor,
                 "cache": dict(itertools.islice(cache.items(), skip, None)),
                 "reset": reset,
@@ -232,7 +230,6 @@ class RecordingProcess:
             }
             reply: RecordedRequest = self._job(conn, "request", header, plain)
             self._forget = []
-            reply.line = self._recv_bytes(conn)
             reply.generation = self.generation
             return reply
 
@@ -262,13 +259,6 @@ class RecordingProcess:
         if status != "ok":
             raise RecordingProcessError(f"the recording process failed: {reply}")
         return reply
-
-    def _recv_bytes(self, conn: Connection) -> bytes:
-        try:
-            return conn.recv_bytes()
-        except (EOFError, OSError) as e:
-            self._stop()
-            raise RecordingProcessError(f"the recording process died: {e!r}") from e
 
     def _stop(self) -> None:
         if self._conn is not None:

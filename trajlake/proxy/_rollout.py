@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from trajlake.proxy._offload import Queue
+from trajlake.proxy.spool import ReplayedRollout, SpooledJSON
 from trajlake.redact import Redactor, redact_json
 
-__all__ = ["Answer", "CallTicket", "Rollout", "last_active"]
+__all__ = ["Answer", "CallTicket", "Rollout", "last_active", "restored"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,26 @@ class Rollout:
         if self.outcome is not None:
             out.append({"kind": "outcome", "rollout_id": self.rollout_id, "outcome": self.outcome})
         return out
+
+
+def restored(replayed: ReplayedRollout, redactor: Redactor) -> Rollout:
+    """The state of a rollout read back from the spool by replay."""
+    records = sorted(replayed.calls.values(), key=lambda c: int(c.get("seq", 0)))
+    meta = dict(records[-1].get("meta") or {}) if records else {}
+    state = Rollout(replayed.rollout_id, redactor, meta, records, replayed.outcome)
+    # New secrets of a restored rollout are numbered after those already spooled.
+    text = json.dumps([records, replayed.outcome], default=_text_of)
+    state.redactions = state.redactor.reserve([text])
+    state.next_seq = 1 + max((int(c.get("seq", 0)) for c in records), default=-1)
+    state.last_active = last_active(records)
+    return state
+
+
+def _text_of(value: Any) -> str:
+    """A value `json.dumps` cannot write, as text: a body file's JSON (its placeholders count)."""
+    if isinstance(value, SpooledJSON):
+        return value.raw.decode("utf-8", "replace")
+    return str(value)
 
 
 def last_active(records: list[dict[str, Any]]) -> float:

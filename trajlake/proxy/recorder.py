@@ -18,8 +18,9 @@ work is pending (its event would not be in the state yet). The worker shares the
 long C calls (one regex scan or one `json.loads` of a huge text) still hold the loop for their
 duration (≈ 40 ms for 16 MiB). So requests of `process_bytes` (1 MiB) and more are not even
 parsed here: their decoded bytes go to the recording process (`_process`), which parses, redacts
-and encodes the spool line (the worker thread waits for it, then writes it), and such a
-rollout is reconstructed there too when it is committed.
+and writes them to a body file beside the spool (`_bodies`; the worker thread waits for it, then
+spools the short line naming the file), and such a rollout is reconstructed there too when it is
+committed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
-import json
 import logging
 import os
 import time
@@ -35,10 +35,16 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trajlake.proxy._committer import IDLE_CLOSED, Committer, FinishedRollout, build_rollout
+from trajlake.proxy._committer import (
+    IDLE_CLOSED,
+    Committer,
+    FinishedRollout,
+    build_rollout,
+    committed_in_lake,
+)
 from trajlake.proxy._offload import Offload
 from trajlake.proxy._process import RecordingProcess
-from trajlake.proxy._rollout import Answer, CallTicket, Rollout, last_active
+from trajlake.proxy._rollout import Answer, CallTicket, Rollout, restored
 from trajlake.proxy.spool import (
     ReplayedRollout,
     Spool,
@@ -154,36 +160,15 @@ class Recorder:
         if self._started:
             return 0
         found = replay(self.spool)
-        self._closed |= found.committed | self._committed_in_lake()
+        self._closed |= found.committed | committed_in_lake(self.lake)
         for r in found.pending:
             self._restore(r)
         self._committer.start()
         self._started = True
         return len(found.pending)
 
-    def _committed_in_lake(self) -> set[str]:
-        """Ids of the proxy's trajectories in the lake (two columns of one table, read once)."""
-        import pyarrow.compute as pc
-
-        from trajlake.proxy.reconstruct import SOURCE_FORMAT
-
-        started = time.perf_counter()
-        table = self.lake.read_table("trajectories", columns=["trajectory_id", "source_format"])
-        mine = table.filter(pc.equal(table.column("source_format"), SOURCE_FORMAT))
-        ids = set(mine.column("trajectory_id").to_pylist())
-        log.debug(
-            "%d finished rollout id(s) loaded in %.3f s", len(ids), time.perf_counter() - started
-        )
-        return ids
-
     def _restore(self, r: ReplayedRollout) -> None:
-        records = sorted(r.calls.values(), key=lambda c: int(c.get("seq", 0)))
-        meta = dict(records[-1].get("meta") or {}) if records else {}
-        state = Rollout(r.rollout_id, self._redactor(), meta, records, r.outcome)
-        # New secrets of a restored rollout are numbered after those already spooled.
-        state.redactions = state.redactor.reserve([json.dumps([records, r.outcome], default=str)])
-        state.next_seq = 1 + max((int(c.get("seq", 0)) for c in records), default=-1)
-        state.last_active = last_active(records)
+        state = restored(r, self._redactor())
         if r.finished:
             self._closed.add(r.rollout_id)
             self._committer.submit(self._finished(state, r.status, r.closed))
@@ -384,7 +369,8 @@ class Recorder:
     def _spool_in_process(
         self, state: Rollout, ticket: CallTicket, body: bytes, dialect: str, endpoint: str
     ) -> dict[str, Any]:
-        """`_spool_request` done by the recording process; the line is written here."""
+        """`_spool_request` done by the recording process, which writes the request to a body
+        file; the line naming it is spooled here."""
         event: dict[str, Any] = {
             "kind": "request",
             "rollout_id": ticket.rollout_id,
@@ -395,16 +381,28 @@ class Recorder:
             "stream": False,  # read from the body there
             "started_at": ticket.started_at.isoformat(),
         }
+        file = self.spool.body_path(ticket.call_id)
         reply = self._process.request(
-            ticket.rollout_id, body, event, state.redactor, state.redacted, state.shipped
+            ticket.rollout_id,
+            body,
+            file,
+            state.redactor,
+            state.redacted,
+            state.shipped,
+            fsync=self.spool.fsync,
         )
         # What the redactor learnt is kept even if the write fails, as `state.redact` would.
         state.redactor, state.redactions = reply.redactor, state.redactions + reply.found
         state.redacted.update(reply.new_cache)
         state.shipped = (reply.generation, len(state.redacted))
-        self.spool.append_encoded(reply.line, sync=False)
-        request = reply.spooled()
-        return {**event, "stream": request.stream, "request": request}
+        request = SpooledJSON(file, self.spool.bodies.ref(file), reply.stream)
+        event = {**event, "stream": reply.stream, "request": request}
+        try:
+            self.spool.append(event, sync=False)
+        except SpoolError:
+            self.spool.bodies.discard([file])
+            raise
+        return event
 
     def _open_call(
         self, rollout_id: str, meta: Mapping[str, Any], spooled: bool

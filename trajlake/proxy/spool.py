@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from trajlake.errors import TrajlakeError
+from trajlake.proxy._bodies import BodyStore, replay_lock
 
 try:
     import fcntl
@@ -97,26 +98,23 @@ def _private_directory(directory: Path) -> None:
 
 
 class SpooledJSON:
-    """A value kept as the JSON text it was spooled as (a big request encoded in another
-    process): written back as it is, parsed only when read (`value`).
-
-    `line` is the spooled line holding it and `start` where the value begins; the value is the
-    line's last, so it ends before the closing `}` and line break.
+    """A value kept as JSON text in a body file of its own (a big request, encoded and written
+    by the recording process): spool lines name the file, and it is parsed only when read.
     """
 
-    __slots__ = ("line", "start", "stream")
+    __slots__ = ("file", "ref", "stream")
 
-    def __init__(self, line: bytes, start: int, stream: bool = False) -> None:
-        if not (0 < start <= len(line) - 2 and line.endswith(b"}\n")):
-            raise ValueError("a spooled JSON value must end its line, before the closing brace")
-        self.line, self.start = line, start
+    def __init__(self, file: Path, ref: str, stream: bool = False) -> None:
+        self.file = file
+        self.ref = ref
+        """The file as spool lines name it (relative to the spool folder)."""
         self.stream = stream
         """The request asked for a streamed answer (read from it when it was encoded)."""
 
     @property
     def raw(self) -> bytes:
         """The value's JSON text."""
-        return self.line[self.start : -2]
+        return self.file.read_bytes()
 
     def value(self) -> Any:
         """The value, parsed (a copy each time)."""
@@ -128,13 +126,23 @@ class SpooledJSON:
     __hash__ = None  # type: ignore[assignment]
 
 
+FILE_KEY = "@file"
+"""Suffix of a spool line's key naming the body file that holds the value of the key before it."""
+
+
+def body_files(records: Iterable[Mapping[str, Any]]) -> list[Path]:
+    """The body files `records` hold values in."""
+    values = (r.get("request") for r in records)
+    return [v.file for v in values if isinstance(v, SpooledJSON)]
+
+
 def _encode(records: Iterable[Mapping[str, Any]], *, in_pieces: bool = False) -> bytes:
     dumps = _dumps_in_pieces if in_pieces else _dumps
     return b"".join(_line(r, dumps) for r in records)
 
 
 def _line(record: Mapping[str, Any], dumps: Callable[[Any], str]) -> bytes:
-    """One record's line; values kept as spooled JSON are written as they are, last."""
+    """One record's line; values kept in body files are named (`<key>@file`), last."""
     kept = [k for k, v in record.items() if isinstance(v, SpooledJSON)]
     if not kept:
         return _utf8(dumps(record)) + b"\n"
@@ -142,8 +150,14 @@ def _line(record: Mapping[str, Any], dumps: Callable[[Any], str]) -> bytes:
     parts = [head[:-1]]
     for i, key in enumerate(kept):
         sep = b"," if i or len(head) > 2 else b""
-        parts += (sep, _utf8(_escape(key)), b":", record[key].raw)
+        ref = record[key].ref
+        parts += (sep, _utf8(_escape(key + FILE_KEY)), b":", _utf8(_escape(ref)))
     return b"".join(parts) + b"}\n"
+
+
+def encode_value(value: Any) -> bytes:
+    """A value's JSON text as spool lines hold it (compact, UTF-8, lone surrogates escaped)."""
+    return _utf8(_dumps(value))
 
 
 def _utf8(text: str) -> bytes:
@@ -194,6 +208,7 @@ class Spool:
         self._fd: int | None
         self._fd, self.path, self._lock = self._open_new()
         self._size = 0
+        self.bodies = BodyStore(self.directory, self.path.stem, _WriterLock, fsync=fsync)
 
     def _open_new(self) -> tuple[int, Path, _WriterLock]:
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"{time.time_ns() % 1_000_000_000:09d}"
@@ -219,6 +234,22 @@ class Spool:
             lock.release()
             raise SpoolError(f"cannot lock the proxy spool {path}: {e}") from e
         return fd, path, lock
+
+    def body_path(self, call_id: str) -> Path:
+        """Where call `call_id`'s big request is written (`trajlake.proxy._bodies`).
+
+        Raises:
+            SpoolError: The body folder cannot be made.
+        """
+        try:
+            return self.bodies.path(call_id)
+        except OSError as e:
+            raise SpoolError(f"cannot make the proxy's body folder in {self.directory}: {e}") from e
+
+    @property
+    def fsync(self) -> bool:
+        """Whether every line (and body file) is fsynced."""
+        return self._fsync
 
     @property
     def size(self) -> int:
@@ -320,7 +351,7 @@ class Spool:
         self.append_many({"kind": "committed", "rollout_id": r} for r in rollout_ids)
 
     def close(self, *, remove: bool = False) -> None:
-        """Close the file; `remove` deletes it (nothing in it is still needed)."""
+        """Close the file; `remove` deletes it and the body folder (nothing is still needed)."""
         with self._mutex:
             if self._fd is None:
                 return
@@ -330,6 +361,7 @@ class Spool:
                 with contextlib.suppress(FileNotFoundError):
                     self.path.unlink()
             self._lock.release()  # a file kept is now an orphan, for the next proxy to replay
+            self.bodies.close(remove=remove)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -406,7 +438,7 @@ def _discard(path: Path, f: IO[bytes]) -> None:
     path.unlink()
 
 
-def _events(path: Path, f: IO[bytes]) -> Iterator[dict[str, Any]]:
+def _events(path: Path, f: IO[bytes], bodies: BodyStore) -> Iterator[dict[str, Any]]:
     for n, line in enumerate(f, 1):
         if not line.endswith(b"\n"):  # a write cut short by a kill: it was never answered
             log.warning("%s:%d: ignoring a truncated last line", path, n)
@@ -419,7 +451,19 @@ def _events(path: Path, f: IO[bytes]) -> Iterator[dict[str, Any]]:
             log.warning("%s:%d: ignoring a line that is not JSON", path, n)
             continue
         if isinstance(event, dict) and isinstance(event.get("rollout_id"), str):
-            yield event
+            yield _with_bodies(event, bodies, f"{path}:{n}")
+
+
+def _with_bodies(event: dict[str, Any], bodies: BodyStore, where: str) -> dict[str, Any]:
+    """`event` with each value its line names a body file for (`<key>@file`) read lazily."""
+    for key in [k for k in event if k.endswith(FILE_KEY)]:
+        ref = event.pop(key)
+        file = bodies.resolve(ref) if isinstance(ref, str) else None
+        if file is None:
+            log.warning("%s: ignoring %s=%r: not a body file of this spool", where, key, ref)
+            continue
+        event[key.removesuffix(FILE_KEY)] = SpooledJSON(file, ref, bool(event.get("stream")))
+    return event
 
 
 def _apply(rollouts: dict[str, ReplayedRollout], committed: set[str], e: dict[str, Any]) -> None:
@@ -433,7 +477,7 @@ def _apply(rollouts: dict[str, ReplayedRollout], committed: set[str], e: dict[st
     if kind == "request" and isinstance(call_id, str):
         rollout.requests[call_id] = e
     elif kind == "call" and isinstance(call_id, str):
-        sent = rollout.requests.pop(call_id, None)
+        sent = rollout.requests.pop(call_id, None)  # spooled before its answer, always
         if "request" not in e and sent is not None:  # spooled before the call was forwarded
             e = {**e, "request": sent.get("request")}
         rollout.calls[call_id] = e
@@ -455,32 +499,66 @@ def replay(spool: Spool) -> Replay:
     """Read every orphaned spool file into `spool`'s own file and delete the old files.
 
     Pending rollouts (not committed yet, finished or not, in first-seen order) have their
-    events copied into `spool.path`, so the old files can go. Events seen twice (a replay
-    interrupted between writing and deleting) count once: calls by id, commits by rollout id.
-    A request whose answer was never spooled was never answered, and is dropped.
+    events copied into `spool.path`, and their body files linked into `spool`'s body folder,
+    so the old files and folders can go. Events seen twice (a replay interrupted between
+    writing and deleting) count once: calls by id, commits by rollout id. A request whose
+    answer was never spooled was never answered, and is dropped.
     """
     rollouts: dict[str, ReplayedRollout] = {}
     committed: set[str] = set()
     opened: list[tuple[Path, IO[bytes], _WriterLock]] = []
-    try:
-        for path, f, lock in _orphans(spool.directory, spool.path):
-            opened.append((path, f, lock))
-            for event in _events(path, f):
-                _apply(rollouts, committed, event)
-        pending = [
-            r
-            for rid, r in rollouts.items()
-            if rid not in committed and (r.calls or r.outcome is not None)
-        ]
-        spool.append_many(e for r in pending for e in r.records())
-        if opened:
-            spool.sync()  # the copy must be on disk before the originals go
-        for path, f, _ in opened:
-            _discard(path, f)
-    finally:
-        for _, f, lock in opened:
-            f.close()
-            lock.release()
-    if opened:
-        log.info("replayed %d spool file(s): %d rollout(s) pending", len(opened), len(pending))
+    with replay_lock(spool.directory):
+        try:
+            for path, f, lock in _orphans(spool.directory, spool.path):
+                opened.append((path, f, lock))
+                for event in _events(path, f, spool.bodies):
+                    _apply(rollouts, committed, event)
+            pending = [
+                r
+                for rid, r in rollouts.items()
+                if rid not in committed and (r.calls or r.outcome is not None)
+            ]
+            for r in pending:
+                _adopt_bodies(r, spool.bodies)
+            spool.bodies.sync()
+            spool.append_many(e for r in pending for e in r.records())
+            if opened:
+                spool.sync()  # the copy must be on disk before the originals go
+            for path, f, _ in opened:
+                _discard(path, f)
+        finally:
+            for _, f, lock in opened:
+                f.close()
+                lock.release()
+        folders = spool.bodies.remove_orphans()
+    if opened or folders:
+        log.info(
+            "replayed %d spool file(s) and %d body folder(s): %d rollout(s) pending",
+            len(opened),
+            folders,
+            len(pending),
+        )
     return Replay(pending, committed)
+
+
+def _adopt_bodies(rollout: ReplayedRollout, bodies: BodyStore) -> None:
+    """Link the rollout's body files into `bodies`; a call whose body is gone keeps no request
+    (it was answered, so it stays, and reconstruction reports the request as unreadable)."""
+    for call in rollout.calls.values():
+        value = call.get("request")
+        if not isinstance(value, SpooledJSON):
+            continue
+        try:
+            adopted = bodies.adopt(value.file)
+        except OSError as e:
+            log.error(
+                "rollout %s, call %s: its request body %s cannot be read (%s): the call is "
+                "kept without its request",
+                rollout.rollout_id,
+                call.get("call_id"),
+                value.file,
+                e,
+            )
+            call["request"] = None
+            continue
+        call["request"] = SpooledJSON(adopted, bodies.ref(adopted), value.stream)
