@@ -1,5 +1,6 @@
 """`trajlake demo` on the base install (`pip install -e .`, no torch, no transformers): the loop
-trains the feature baseline, says so, ranks gen-1 with it and finishes without importing torch.
+trains the hybrid sparse text model (the best CPU recipe), says so, ranks gen-1 with it and
+finishes without importing torch.
 
 The demo runs in a subprocess whose `sitecustomize` puts a meta-path finder in front of every
 other that refuses torch and transformers, as a fresh install without them would: the test
@@ -46,7 +47,7 @@ def _record():
 """
 
 
-def test_the_quick_demo_runs_without_torch_on_the_feature_baseline(tmp_path: Path) -> None:
+def test_the_quick_demo_runs_without_torch_on_the_hybrid_cpu_model(tmp_path: Path) -> None:
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     record, lake = tmp_path / "loaded.json", tmp_path / "lake"
@@ -62,20 +63,20 @@ def test_the_quick_demo_runs_without_torch_on_the_feature_baseline(tmp_path: Pat
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith(
-        "value model: feature baseline (CPU) — torch and transformers are not installed; "
-        "pip install 'trajlake[train]' for the transformer value model\n"
+        "value model: hybrid sparse text model (CPU) — the best CPU recipe on held-out tasks "
+        "of both synthetic environments (docs/value-models.md); numpy only\n"
     )
     assert json.loads(record.read_text()) == []  # torch and transformers were never loaded
 
     report = json.loads((lake / "demo-report" / "report.json").read_text())
     model = report["value_model"]
-    assert model["kind"] == "baseline" and "trajlake[train]" in model["why"]
-    assert model["model_id"].startswith("feature-baseline-")
-    assert "feature baseline (CPU): feature-baseline-" in result.stdout
-    assert Path(model["directory"], "baseline.json").is_file()
+    assert model["kind"] == "hybrid" and "best CPU recipe" in model["why"]
+    assert model["model_id"].startswith("hybrid-")
+    assert "hybrid sparse text model (CPU): hybrid-" in result.stdout
+    assert Path(model["directory"], "sparse_value.json").is_file()
     assert not Path(model["directory"], "model.safetensors").exists()
     assert set(report["plots"]) == {"success", "value_curves", "best_at_k"}
-    # Gen-1 was ranked by the baseline: the picked candidate of each task has its top score.
+    # Gen-1 was ranked by the hybrid: the picked candidate of each task has its top score.
     rows = (
         tl.open_lake(lake)
         .sql(

@@ -36,8 +36,8 @@ JOIN = "FROM outcomes o JOIN trajectories t USING (trajectory_id)"
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One quick demo run through the CLI (text output); its report.json and lake."""
-    pytest.importorskip("torch")  # with torch and transformers, the transformer value model
+    """One quick demo run through the CLI (text output, the default hybrid value model); its
+    report.json and lake."""
     lake_dir = tmp_path_factory.mktemp("loop") / "lake"
     start = time.perf_counter()
     result = CliRunner().invoke(cli, ["demo", "--lake", str(lake_dir), "--quick"])
@@ -158,7 +158,7 @@ def test_models_and_credit_runs_are_in_the_lake(demo: dict[str, Any]) -> None:
     models = lake.sql("SELECT model_id, kind, training_tag FROM models ORDER BY kind").rows()
     assert models == [
         (report["gen1_policy"]["model_id"], "policy", "gen-0-sft"),
-        (report["value_model"]["model_id"], "value", "gen-0"),
+        (report["value_model"]["model_id"], "sparse", "gen-0"),
     ]
     runs = lake.sql(
         "SELECT run_name, any_value(estimator), any_value(json_extract_string(params, '$.mask')),"
@@ -172,8 +172,8 @@ def test_models_and_credit_runs_are_in_the_lake(demo: dict[str, Any]) -> None:
     }
     kept = {r[0]: r[3] for r in runs}
     assert {r["run_name"]: r["kept_turns"] for r in report["credit_runs"]} == kept
-    assert report["value_model"]["kind"] == "transformer"
-    assert Path(report["value_model"]["directory"], "model.safetensors").is_file()
+    assert report["value_model"]["kind"] == "hybrid"
+    assert Path(report["value_model"]["directory"], "sparse_value.json").is_file()
 
 
 def test_rejection_sampling_export_trains_only_resolved_rollouts(demo: dict[str, Any]) -> None:
@@ -226,7 +226,7 @@ def test_plots_are_png_files(demo: dict[str, Any]) -> None:
 
 def test_text_report_shows_steps_and_tables(demo: dict[str, Any]) -> None:
     text = demo["text"]
-    assert text.startswith("value model: tiny transformer — torch and transformers are installed")
+    assert text.startswith("value model: hybrid sparse text model (CPU) — the best CPU recipe")
     for expected in (
         "train value model",
         "success per generation and method",
@@ -271,7 +271,7 @@ def test_lineage_leads_from_generation_0_through_gen_0_and_the_model_to_generati
     runner = CliRunner()
     result = runner.invoke(cli, ["lineage", "--lake", str(demo["dir"]), "--output", "json"])
     assert result.exit_code == 0, result.output
-    edges = json.loads(result.output)["edges"]
+    edges = json.loads(result.stdout)["edges"]
     model = f"model:{demo['report']['value_model']['model_id']}"
     first = _reachable(edges, "generation:0", "tag:gen-0")
     then = _reachable(edges, "tag:gen-0", model)
@@ -307,20 +307,22 @@ def _hide_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-def test_without_torch_the_loop_chooses_the_feature_baseline_and_says_why(
+def test_without_torch_the_loop_trains_the_best_cpu_recipe_and_says_which(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _hide_torch(monkeypatch)
     choice = choose_value_model()
-    assert choice.kind == "baseline"
+    assert choice.kind == "hybrid"
     assert choice.describe() == (
-        "value model: feature baseline (CPU) — torch is not installed; "
-        "pip install 'trajlake[train]' for the transformer value model"
+        "value model: hybrid sparse text model (CPU) — the best CPU recipe on held-out tasks "
+        "of both synthetic environments (docs/value-models.md); numpy only"
     )
-    assert choose_value_model("baseline").kind == "baseline"
     recipe = choice.recipe(epochs=1, max_tokens=128)  # the budget is the transformer's
-    assert recipe.kind == "baseline" and recipe.name == "feature-baseline"
-    with pytest.raises(ValueError, match="expected one of auto, transformer, baseline"):
+    assert recipe.kind == "sparse" and recipe.name == "hybrid"
+    baseline = choose_value_model("baseline")
+    assert baseline.kind == "baseline" and baseline.describe().endswith("— asked for")
+    assert baseline.recipe(epochs=1, max_tokens=128).name == "feature-baseline"
+    with pytest.raises(ValueError, match="expected one of auto, hybrid, transformer, baseline"):
         choose_value_model("bert")
 
 
@@ -337,11 +339,12 @@ def test_asking_for_the_transformer_without_torch_says_what_to_install(
     assert not (tmp_path / "lake").exists()  # nothing was created
 
 
-def test_embedded_recipes_are_models_tiny_and_baseline_yaml() -> None:
-    from trajlake.loop._steps import _BASELINE_RECIPE, _TINY_RECIPE
+def test_embedded_recipes_are_models_tiny_baseline_and_hybrid_yaml() -> None:
+    from trajlake.loop._steps import _BASELINE_RECIPE, _HYBRID_RECIPE, _TINY_RECIPE
 
     assert yaml.safe_load((MODELS / "tiny.yaml").read_text()) == _TINY_RECIPE
     assert yaml.safe_load((MODELS / "baseline.yaml").read_text()) == _BASELINE_RECIPE
+    assert yaml.safe_load((MODELS / "hybrid.yaml").read_text()) == _HYBRID_RECIPE
 
 
 def test_the_embedded_recipe_is_used_without_the_models_folder(
@@ -351,13 +354,15 @@ def test_the_embedded_recipe_is_used_without_the_models_folder(
 
     overrides = {"train.epochs": 1, "serializer.max_tokens": 256}
     from_file = _steps.tiny_recipe(overrides)
-    baseline = _steps.baseline_recipe()
+    baseline, hybrid = _steps.baseline_recipe(), _steps.hybrid_recipe()
     monkeypatch.setattr(_steps, "TINY_RECIPE_FILE", tmp_path / "missing.yaml")
     monkeypatch.setattr(_steps, "BASELINE_RECIPE_FILE", tmp_path / "missing.yaml")
+    monkeypatch.setattr(_steps, "HYBRID_RECIPE_FILE", tmp_path / "missing.yaml")
     embedded = _steps.tiny_recipe(overrides)
     assert embedded == from_file and embedded.fingerprint() == from_file.fingerprint()
     assert embedded.train.epochs == 1 and embedded.serializer.max_tokens == 256
     assert _steps.baseline_recipe().fingerprint() == baseline.fingerprint()
+    assert _steps.hybrid_recipe().fingerprint() == hybrid.fingerprint()
 
 
 def test_json_output_with_seed_and_out(tmp_path: Path) -> None:
@@ -366,7 +371,7 @@ def test_json_output_with_seed_and_out(tmp_path: Path) -> None:
     # The feature baseline: the options under test do not depend on the value model (≈ 10 s).
     result = CliRunner().invoke(cli, [*args, "--value-model", "baseline", "--output", "json"])
     assert result.exit_code == 0, result.output
-    printed = json.loads(result.output)  # nothing but the report: no "value model:" line
+    printed = json.loads(result.stdout)  # nothing but the report: no "value model:" line
     assert printed == json.loads((out / "report.json").read_text())
     assert printed["seed"] == 1 and printed["out"] == str(out)
     assert printed["value_model"]["kind"] == "baseline"
@@ -491,3 +496,22 @@ def test_seeds_options_are_checked(tmp_path: Path) -> None:
     bad = CliRunner().invoke(cli, ["demo", "--lake", lake, "--seeds", "0-x"])
     assert bad.exit_code == 2 and "'0-x'" in bad.output
     assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.long  # one small loop run training the tiny transformer: ≈ 20 s on 2 cores
+def test_the_transformer_value_model_runs_the_loop_when_asked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    from trajlake.loop import _run
+
+    monkeypatch.setattr(_run, "QUICK_SIZES", TINY_SIZES)
+    args = ["demo", "--lake", str(tmp_path / "lake"), "--quick", "--value-model", "transformer"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("value model: tiny transformer — asked for")
+    report = json.loads((tmp_path / "lake" / "demo-report" / "report.json").read_text())
+    assert report["value_model"]["kind"] == "transformer"
+    assert Path(report["value_model"]["directory"], "model.safetensors").is_file()
+    assert 0.0 <= report["value_model"]["test_split"]["auroc"] <= 1.0
+    assert 0.0 <= report["value_model"]["gen1"]["best_at_n"] <= 1.0  # gen-1's ranked candidates

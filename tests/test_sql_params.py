@@ -105,7 +105,7 @@ def test_train_value_where_accepts_unqualified_and_qualified_names(
         "--where", where, "--out", str(tmp_path / "model"), "--no-register", "-o", "json",
     )  # fmt: skip
     card = json.loads(
-        (Path(json.loads(result.output)["directory"]) / "model_card.json").read_text()
+        (Path(json.loads(result.stdout)["directory"]) / "model_card.json").read_text()
     )
     assert card["lineage"]["selection_sql"] == where
     assert sum(split["examples"] for split in card["split"]["counts"].values()) == 116

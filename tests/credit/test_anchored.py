@@ -97,7 +97,7 @@ def test_run_reads_observations_and_beats_nothing(lake: tl.Lake, tmp_path: Path)
         credit, ["--lake", lake.uri, "--estimator", "anchor", "--name", "an", "-o", "json"]
     )
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["rows_added"] == sum(len(t.turns) for t in load_turns(lake))
+    assert json.loads(result.stdout)["rows_added"] == sum(len(t.turns) for t in load_turns(lake))
     stored = {
         (r["trajectory_id"], r["turn"]): r["value_before"]
         for r in lake.sql("SELECT * FROM credits WHERE run_name = 'an'").to_dicts()

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import trajlake as tl
+from trajlake._text_hashing import NgramHasher
 from trajlake.cli.credit_cmd import credit
 from trajlake.cli.main import cli
 from trajlake.credit import CrossFitTextValues, TrajectoryTurns
@@ -25,7 +26,7 @@ from trajlake.credit._featurise_pool import (
     shutdown_pool,
     usable_workers,
 )
-from trajlake.credit._text_features import NgramHasher, Observation
+from trajlake.credit._text_features import Observation
 from trajlake.credit.crossfit import TextFeaturiser
 from trajlake.credit.runs import (
     AUTO_CROSSFIT,
@@ -134,7 +135,7 @@ def test_cli_default_prints_the_choice_and_json_carries_it(lake: tl.Lake) -> Non
     assert result.exit_code == 0, result.output
     assert f"estimator: {AUTO_GROUP} (" in result.output
     result = runner.invoke(credit, ["--lake", lake.uri, "--name", "d", "-o", "json"])
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["existing"] and data["estimator"] == AUTO_GROUP
     assert data["estimator_choice"]["name"] == AUTO_GROUP and data["warnings"] == []
     help_text = " ".join(runner.invoke(credit, ["--help"]).output.split())

@@ -129,7 +129,7 @@ def test_cli_json_and_text(synth_lake: tuple[tl.Lake, Path]) -> None:
     args = ["prefix-mc", "--truth", str(truth_path), "--lake", str(lake.uri)]
     result = runner.invoke(credit_eval, [*args, "--output", "json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data == evaluate_credit(lake, "prefix-mc", truth_path).to_dict()
     text = runner.invoke(credit_eval, [*args, "--signal", "advantage"])
     assert text.exit_code == 0, text.output
@@ -212,7 +212,7 @@ def test_held_out_tasks_only(synth_lake: tuple[tl.Lake, Path]) -> None:
         credit_eval, [*args, "--held-out-seed", "7", "--bootstrap", "0", "-o", "json"]
     )
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["split"]["test"] == list(split.test) and data["split"]["seed"] == 7
     assert data["trajectories"] == 40 and data["pooled_spearman"] == ev.pooled_spearman
     text = runner.invoke(credit_eval, [*args, "--held-out-seed", "7", "--signal", "broadcast"])

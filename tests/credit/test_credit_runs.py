@@ -115,7 +115,7 @@ def test_cli_credit(sample_lake: tl.Lake) -> None:
     args = ["--lake", sample_lake.uri, "--estimator", "group", "--mask", "rise"]
     result = runner.invoke(credit, [*args, "--name", "cli-run", "--output", "json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["run_name"] == "cli-run" and data["rows_added"] == data["turns"] > 0
     result = runner.invoke(credit, [*args, "--name", "cli-run", "--diagnose"])
     assert result.exit_code == 0, result.output
@@ -123,7 +123,7 @@ def test_cli_credit(sample_lake: tl.Lake) -> None:
     mc = ["--estimator", "prefix-mc", "--source-option", "min_visits=3", "-o", "json"]
     result = runner.invoke(credit, ["--lake", sample_lake.uri, *mc])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["params"]["source"] == {"min_visits": 3}
+    assert json.loads(result.stdout)["params"]["source"] == {"min_visits": 3}
     result = runner.invoke(credit, [*args, "--source-option", "oops"])
     assert result.exit_code != 0
     result = runner.invoke(credit, [*args, "--where", "task_id IS NULL"])

@@ -189,7 +189,7 @@ def test_cli_run_on_synthetic_tasks(lake: tl.Lake, tmp_path: Path) -> None:
          "--source-option", 'component_options={"crossfit:text": {"folds": 4}}'],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["estimator"] == name
     assert report["rows_added"] == sum(len(t.turns) for t in load_turns(lake))
     ens = evaluate_credit(lake, "ens", tmp_path / "t.jsonl")

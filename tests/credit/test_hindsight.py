@@ -220,7 +220,7 @@ def test_real_corpus_end_to_end(tmp_path: Path) -> None:
         args += ["--source-option", option]
     result = CliRunner().invoke(credit, args)
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["skipped"] == 0
     assert report["rows_added"] == sum(len(t.turns) for t in load_turns(lake))
     rows = lake.sql(

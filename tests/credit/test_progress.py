@@ -214,7 +214,7 @@ def test_cli_run_on_synthetic_tasks_beats_the_broadcast(lake: tl.Lake, tmp_path:
          "--source-option", "folds=4"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["params"]["source"] == {"folds": 4}
     assert report["rows_added"] == sum(len(t.turns) for t in load_turns(lake))
     ev = evaluate_credit(lake, "pg", tmp_path / "t.jsonl")
@@ -245,7 +245,7 @@ def test_real_corpus_end_to_end(lake: tl.Lake, tmp_path: Path) -> None:
             ["--lake", lake.uri, "--estimator", estimator, "--name", estimator, "-o", "json"],
         )
         assert result.exit_code == 0, result.output
-        report = json.loads(result.output)
+        report = json.loads(result.stdout)
         assert report["skipped"] == 0
         assert report["rows_added"] == sum(len(t.turns) for t in turns)
         rows = lake.sql(

@@ -159,7 +159,7 @@ def test_cli(credited: tl.Lake, tmp_path: Path) -> None:
     ]
     result = CliRunner().invoke(sft, [*args, "--output", "json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["format"] == "axolotl" and set(report["splits"]) == {"train", "val"}
     first = rows(out / "train-00000.jsonl")[0]
     assert set(first) == {"messages", "tools", "trajectory_id"}

@@ -37,7 +37,7 @@ def test_ingest_whole_corpus(tmp_path: Path) -> None:
     args = ["ingest", str(SHARED_CORPUS), "--lake", str(tmp_path / "lake"), "--create"]
     result = CliRunner().invoke(cli, [*args, "--output", "json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     expected_formats = {
         "swe-agent", "mini-swe-agent", "openhands", "claude-code", "codex", "inspect",
         "responses", "tau-bench", "aider", "tau2-bench", "llm-proxy",

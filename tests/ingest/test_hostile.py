@@ -517,7 +517,7 @@ def test_cli_ingest_of_a_mixed_folder_exits_0(tmp_path: Path) -> None:
     args = ["ingest", str(folder), "--lake", str(tmp_path / "lake"), "--create"]
     result = CliRunner().invoke(cli, [*args, "--output", "json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     # cut.eval opens like an Inspect log: detected, then quarantined when it fails to read
     assert report["formats"] == {"responses": 3, "mini-swe-agent": 1, "inspect": 1}
     assert report["added"] == 5 + 1

@@ -42,5 +42,5 @@ def test_cli_ingest_labels_option(tmp_path: Path) -> None:
     args = ["ingest", str(rollouts), "--lake", lake, "--create", "--labels", str(labels)]
     result = CliRunner().invoke(cli, [*args, "--output", "json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["added"] == 8 and report["labels"]["matched"] == 8

@@ -89,7 +89,7 @@ def test_good_names_train_into_models(labelled: Path) -> None:
     args = ["train", "value", "--lake", str(lake_dir), "--config", str(BASELINE), "-o", "json"]
     result = CliRunner().invoke(cli, [*args, "--set", "name=base-line.v2_x", "--no-register"])
     assert result.exit_code == 0, result.output
-    info = json.loads(result.output)
+    info = json.loads(result.stdout)
     assert info["model_id"].startswith("base-line.v2_x-s1-")
     assert Path(info["directory"]).parent == lake_dir.resolve() / "models"
     # Its evaluation report may go beside it, not among the lake's tables or log.

@@ -39,7 +39,7 @@ def prefix_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         args += ["--set", setting]
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return {"lake": lake_dir, "model": json.loads(result.output)["directory"]}
+    return {"lake": lake_dir, "model": json.loads(result.stdout)["directory"]}
 
 
 def test_a_prefix_model_directory_values_every_turn_boundary(prefix_model: dict[str, Any]) -> None:

@@ -56,7 +56,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "json",
             *extra,
         )
-        out[name] = json.loads(result.output)
+        out[name] = json.loads(result.stdout)
     return out
 
 
@@ -122,7 +122,7 @@ def test_eval_value_reproduces_the_training_report(trained: dict[str, Any], name
         "-o",
         "json",
     )
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     at_training = json.loads((Path(directory) / "eval" / "eval.json").read_text())
     assert report["headline"]["auroc"] == pytest.approx(at_training["headline"]["auroc"])
     assert report["extra"]["tasks_seen_in_training"] == 0
@@ -167,7 +167,7 @@ def test_rerank_prints_each_task_best_first(trained: dict[str, Any]) -> None:
         "-o",
         "json",
     )
-    (group,) = json.loads(result.output)
+    (group,) = json.loads(result.stdout)
     scores = [c["score"] for c in group["candidates"]]
     assert group["group"] == "synth-repo-0003" and len(scores) == 6
     assert scores == sorted(scores, reverse=True)

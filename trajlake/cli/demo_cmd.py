@@ -86,8 +86,9 @@ def _demo_seeds(
     type=click.Choice(VALUE_MODELS),
     default="auto",
     show_default=True,
-    help="The value model to train: auto is the tiny transformer when torch and transformers "
-    "are installed (extra train), else the CPU feature baseline.",
+    help="The value model to train: auto is the hybrid sparse text model, the best CPU recipe "
+    "on held-out tasks (numpy only); transformer needs the train extra; baseline is the "
+    "feature baseline.",
 )
 @output_option()
 @click.pass_context
@@ -104,7 +105,7 @@ def demo(
     """Run the generation loop end to end on the synthetic environment.
 
     gen-0 rollouts → ingest → label → tag gen-0 → credit → SFT export → behaviour cloning and a
-    value model (a tiny transformer, or the feature baseline without torch) → gen-1 on held-out
+    value model (the hybrid sparse text model by default) → gen-1 on held-out
     tasks with best-of-N → ingest with lineage → tag gen-1;
     then success per generation and method (SQL over the lake), the policy comparison table
     and PNG plots. With --seeds, the loop once per seed and the tables over seeds.

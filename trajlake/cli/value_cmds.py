@@ -160,6 +160,12 @@ def eval_group() -> None:
 )
 @click.option("--out", default=None, help="Report directory (default: inside the model dir).")
 @click.option("--n-boot", default=1000, show_default=True, help="Bootstrap resamples of tasks.")
+@click.option(
+    "--no-floors",
+    is_flag=True,
+    help="Skip the floors (sparse text model on the card's training split, fewer steps, "
+    "exit status) reported beside the model.",
+)
 @output_option()
 def eval_value(
     model: str,
@@ -169,6 +175,7 @@ def eval_value(
     split: str,
     out: str | None,
     n_boot: int,
+    no_floors: bool,
     output: str,
 ) -> None:
     """Evaluate MODEL: Best@k, Random@k, Pass@k, gap closed, AUROC, ECE, Brier, with CIs."""
@@ -185,6 +192,7 @@ def eval_value(
         split="all" if split == "all" else "test",
         out=out,
         n_boot=n_boot,
+        floors=not no_floors,
     )
     if output == "json":
         click.echo(dumps(evaluation.report))
@@ -192,11 +200,40 @@ def eval_value(
     click.echo(f"{saved.model_id} on {evaluation.report.get('n_examples')} trajectories")
     for line in _metrics_lines(headline_metrics(evaluation.report)):
         click.echo(line)
+    for line in _floor_lines(evaluation.report):
+        click.echo(line)
     seen = evaluation.report["extra"].get("tasks_seen_in_training")
     if seen:
         click.echo(f"warning: {seen} evaluated tasks were in the model's training split")
     for kind, path in evaluation.files.items():
         click.echo(f"{kind}: {path}")
+
+
+def _interval(point: float | None, ci: dict[str, float] | None) -> str:
+    if point is None:
+        return "n/a"
+    return f"{point:.3f}" + (f" [{ci['low']:.3f}, {ci['high']:.3f}]" if ci else "")
+
+
+def _floor_lines(report: dict[str, Any]) -> list[str]:
+    """The model and each floor on the same candidates: Best@n, gap closed, AUROC with CIs."""
+    floors = report.get("floors") or {}
+    if not floors:
+        return []
+    n = report["k_max"]
+    lines = [
+        f"floors on the same candidates (95% task-bootstrap CIs; Best@{n}, gap closed, AUROC):"
+    ]
+    for name, r in [("this model", report), *floors.items()]:
+        head, ci = r["headline"], r["ci"]
+        cells = [_interval(head[k], ci.get(k)) for k in ("best_at_k", "gap_closed", "auroc")]
+        lines.append(f"  {name:<14} " + "  ".join(cells))
+        delta = r.get("model_minus_floor", {}).get("gap_closed")
+        if delta:
+            lines.append(
+                f"  {'':<14} model − floor, gap closed: {_interval(delta['point'], delta)}"
+            )
+    return lines
 
 
 @click.command("score")
@@ -284,9 +321,9 @@ def serve(
     limits: ServerLimits,
 ) -> None:
     """Serve MODEL over HTTP: POST /v1/rerank, GET /health, GET /v1/stats."""
-    from trajlake.serve import Reranker, run_server
+    from trajlake.serve import load_reranker, run_server
 
-    reranker = Reranker.load(Path(model), device=device)
+    reranker = load_reranker(Path(model), device=device)
 
     def ready(bound_host: str, bound_port: int) -> None:
         click.echo(f"serving {reranker.model_id} on http://{bound_host}:{bound_port}", err=True)

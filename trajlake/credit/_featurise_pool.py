@@ -21,9 +21,10 @@ from dataclasses import fields
 
 import numpy as np
 
+from trajlake._text_hashing import NgramHasher
 from trajlake.credit._featuriser import TextFeaturiser
 from trajlake.credit._sparse_logit import PrefixDesign
-from trajlake.credit._text_features import Key, NgramHasher, Observation
+from trajlake.credit._text_features import Key, Observation
 from trajlake.credit._types import TrajectoryTurns
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trajlake._text_hashing import NgramHasher, buckets
 from trajlake.credit._sparse_logit import N_SCALARS, Floats, Ints, PrefixDesign
-from trajlake.credit._text_features import Key, NgramHasher, Observation, buckets, turn_words
+from trajlake.credit._text_features import Key, Observation, turn_words
 from trajlake.credit._types import TrajectoryTurns
 
 _SEED_A = 0x51A7_E0F1

@@ -14,14 +14,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from trajlake.credit._text_features import (
-    Key,
-    Observation,
-    action_words,
-    clip,
-    normalise,
-    read_observations,
-)
+from trajlake._text_hashing import clip, normalise
+from trajlake.credit._text_features import Key, Observation, action_words, read_observations
 from trajlake.credit._types import TrajectoryTurns, Turn
 
 if TYPE_CHECKING:

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from trajlake._text_hashing import NgramHasher
 from trajlake.credit._featurise_pool import pooled
 from trajlake.credit._featuriser import TextFeaturiser as TextFeaturiser
 from trajlake.credit._folds import task_folds, task_key
 from trajlake.credit._sparse_logit import Floats, Ints, PrefixDesign, fit_prefix_logit, sigmoid
-from trajlake.credit._text_features import Key, NgramHasher, Observation, read_observations
+from trajlake.credit._text_features import Key, Observation, read_observations
 from trajlake.credit._types import TrajectoryTurns
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from trajlake._text_hashing import NgramHasher
 from trajlake.credit._folds import task_key
 from trajlake.credit._sparse_logit import (
     N_SCALARS,
@@ -23,7 +24,7 @@ from trajlake.credit._sparse_logit import (
     fit_prefix_logit,
     sigmoid,
 )
-from trajlake.credit._text_features import Key, NgramHasher, Observation
+from trajlake.credit._text_features import Key, Observation
 from trajlake.credit._types import TrajectoryTurns
 from trajlake.credit.crossfit import CrossFitTextValues, TextFeaturiser, lambda_targets
 

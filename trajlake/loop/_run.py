@@ -110,8 +110,8 @@ def run_loop(
         out: Folder for the report, plots, data files and SFT exports (default
             `<lake>/demo-report`).
         progress: Told when each step starts and ends.
-        value_model: 'auto' (the transformer when torch and transformers are installed, else
-            the feature baseline), 'transformer' or 'baseline'; the report says which ran and why.
+        value_model: 'auto' (the hybrid sparse text model, the best CPU recipe), 'hybrid',
+            'transformer' (needs torch) or 'baseline'; the report says which ran and why.
 
     Returns:
         The report; it is also written to `<out>/report.json`.

@@ -169,7 +169,7 @@ class SeedsReport:
     runs: dict[int, dict[str, str]] = field(default_factory=dict)
     """Per seed: its lake and report.json."""
     value_model: str = ""
-    """The kind of value model the runs trained ('transformer' or 'baseline')."""
+    """The kind of value model the runs trained ('hybrid', 'transformer' or 'baseline')."""
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -210,7 +210,8 @@ def run_seeds(
         out: Folder of the per-seed reports (`<out>/seed-<n>`) and of `seeds-report.json`
             (default: each lake's `demo-report` and `<root>/seeds-report.json`).
         progress: Told when each step of each run starts and ends.
-        value_model: The value model of every run ('auto', 'transformer' or 'baseline').
+        value_model: The value model of every run ('auto', 'hybrid', 'transformer' or
+            'baseline').
 
     Returns:
         The summary; it is also written to `seeds-report.json`.

@@ -298,9 +298,33 @@ _BASELINE_RECIPE: dict[str, Any] = {
 }
 """`models/baseline.yaml` as data: the value model of an install without torch."""
 
+_HYBRID_RECIPE: dict[str, Any] = {
+    "name": "hybrid",
+    "kind": "sparse",
+    "description": (
+        "Text n-grams + trajectory scalars, pairwise, val-picked l2, temperature, 3 seeds."
+    ),
+    "sparse": {
+        "fields": ["actions", "observations", "issue", "final", "recent"],
+        "buckets": 262144,
+        "recent_turns": 3,
+        "scalars": True,
+        "l2": 1.0,
+        "l2_grid": [0.3, 1.0, 3.0],
+        "loss": "pairwise",
+        "pointwise_weight": 0.1,
+        "class_weight": True,
+        "temperature": True,
+        "ensemble": 3,
+    },
+    "data": {"val_frac": 0.15, "test_frac": 0.3, "split_seed": 0},
+}
+"""`models/hybrid.yaml` as data: the best CPU recipe, the demo's value model by default."""
+
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 TINY_RECIPE_FILE = MODELS_DIR / "tiny.yaml"
 BASELINE_RECIPE_FILE = MODELS_DIR / "baseline.yaml"
+HYBRID_RECIPE_FILE = MODELS_DIR / "hybrid.yaml"
 
 
 def tiny_recipe(overrides: Mapping[str, Any]) -> Recipe:
@@ -312,6 +336,11 @@ def tiny_recipe(overrides: Mapping[str, Any]) -> Recipe:
 def baseline_recipe() -> Recipe:
     """The feature baseline (`models/baseline.yaml` when present, else embedded here)."""
     return _packaged_recipe(BASELINE_RECIPE_FILE, _BASELINE_RECIPE, {})
+
+
+def hybrid_recipe() -> Recipe:
+    """The hybrid sparse text recipe (`models/hybrid.yaml` when present, else embedded here)."""
+    return _packaged_recipe(HYBRID_RECIPE_FILE, _HYBRID_RECIPE, {})
 
 
 def _packaged_recipe(file: Path, data: Mapping[str, Any], overrides: Mapping[str, Any]) -> Recipe:

@@ -1,16 +1,18 @@
 """Which value model the loop trains, and how it scores gen-1's candidates before they are stored.
 
 The demo must run on the base install: on Linux, pip's default torch is the CUDA build (about
-3 GB with its wheels), too much for a first command. So the value model follows what is
-installed: the tiny transformer (`models/tiny.yaml`) when torch and transformers can be imported,
-else the CPU feature baseline (`models/baseline.yaml`, logistic regression on whole-trajectory
-features read with SQL). The choice and its reason go into the report and onto the console, so
-no number is read as the other model's.
+3 GB with its wheels), too much for a first command. By default (`auto`) it trains the best CPU
+recipe measured on held-out tasks of both synthetic environments (docs/value-models.md): the
+hybrid sparse text model (`models/hybrid.yaml`, numpy only, seconds). `transformer` trains the
+tiny transformer (`models/tiny.yaml`, needs torch and transformers) and `baseline` the feature
+baseline (`models/baseline.yaml`, logistic regression on whole-trajectory features read with
+SQL). The choice and its reason go into the report and onto the console, so no number is read
+as another model's.
 
-The two kinds score differently: the transformer reads a trajectory itself (`Reranker`), the
-baseline reads its features with SQL over a lake. Gen-1's candidates are ranked before they are
-ingested (the pick is stored on each rollout), so the baseline scores them in a scratch lake
-holding only the candidates, without outcomes: what it would see at inference.
+The hybrid and the transformer read a trajectory itself (`load_reranker`, as a server loads
+them); the baseline reads its features with SQL over a lake. Gen-1's candidates are ranked before
+they are ingested (the pick is stored on each rollout), so the baseline scores them in a scratch
+lake holding only the candidates, without outcomes: what it would see at inference.
 """
 
 from __future__ import annotations
@@ -28,12 +30,17 @@ if TYPE_CHECKING:
     from trajlake.synth import SynthBatch
     from trajlake.value.recipe import Recipe
 
-VALUE_MODELS = ("auto", "transformer", "baseline")
-"""What `--value-model` accepts: auto picks the transformer when torch and transformers import."""
+VALUE_MODELS = ("auto", "hybrid", "transformer", "baseline")
+"""What `--value-model` accepts: auto is the hybrid, the best CPU recipe."""
 
 TRAIN_EXTRA_HINT = "pip install 'trajlake[train]' for the transformer value model"
 
-LABELS = {"transformer": "tiny transformer", "baseline": "feature baseline (CPU)"}
+LABELS = {
+    "hybrid": "hybrid sparse text model (CPU)",
+    "transformer": "tiny transformer",
+    "baseline": "feature baseline (CPU)",
+}
+BEST_CPU = "the best CPU recipe on held-out tasks of both synthetic environments"
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,7 @@ class ValueModelChoice:
     """The value model one run trains: its kind and why it was chosen."""
 
     kind: str
-    """'transformer' or 'baseline'."""
+    """'hybrid', 'transformer' or 'baseline'."""
     reason: str
 
     @property
@@ -57,6 +64,8 @@ class ValueModelChoice:
         """The recipe this run trains (the budget applies to the transformer only)."""
         if self.kind == "baseline":
             return _steps.baseline_recipe()
+        if self.kind == "hybrid":
+            return _steps.hybrid_recipe()
         overrides = {"train.epochs": epochs, "serializer.max_tokens": max_tokens}
         return _steps.tiny_recipe({k: v for k, v in overrides.items() if v is not None})
 
@@ -82,29 +91,27 @@ def choose_value_model(requested: str = "auto") -> ValueModelChoice:
     """
     if requested not in VALUE_MODELS:
         raise ValueError(f"value model {requested!r}: expected one of {', '.join(VALUE_MODELS)}")
-    if requested == "baseline":
-        return ValueModelChoice("baseline", f"asked for; {TRAIN_EXTRA_HINT}")
+    if requested == "auto":
+        return ValueModelChoice("hybrid", f"{BEST_CPU} (docs/value-models.md); numpy only")
+    if requested in ("hybrid", "baseline"):
+        return ValueModelChoice(requested, "asked for")
     missing = _missing(("torch", "transformers"))
-    if not missing:
-        why = "asked for" if requested == "transformer" else "torch and transformers are installed"
-        return ValueModelChoice("transformer", why)
-    if requested == "transformer":
+    if missing:
         raise missing_extra(missing[0], "train")
-    names = " and ".join(missing)
-    verb = "is" if len(missing) == 1 else "are"
-    return ValueModelChoice("baseline", f"{names} {verb} not installed; {TRAIN_EXTRA_HINT}")
+    return ValueModelChoice("transformer", "asked for")
 
 
 def candidate_scores(choice: ValueModelChoice, model_dir: Path, batch: SynthBatch) -> list[float]:
     """The saved value model's score of every rollout of `batch`, in batch order.
 
-    The transformer is loaded as a server loads it (`Reranker`) and scores each task's
-    candidates together; the baseline reads features of all of them from one scratch lake.
+    The hybrid and the transformer are loaded as a server loads them (`load_reranker`) and
+    score each task's candidates together; the baseline reads features of all of them from one
+    scratch lake.
     """
-    if choice.kind == "transformer":
-        from trajlake.serve import Reranker
+    if choice.kind in ("hybrid", "transformer"):
+        from trajlake.serve import load_reranker
 
-        reranker = Reranker.load(model_dir)
+        reranker = load_reranker(model_dir)
         scores = [0.0] * len(batch.trajectories)
         for indices in _steps.candidates_by_task(batch).values():
             task_scores = reranker.score([batch.trajectories[i] for i in indices])

@@ -6,7 +6,13 @@ that trains one: it loads through `trajlake.value.scorer` and imports neither
 `trajlake.value.train` nor credit (import-linter checks it).
 """
 
-from trajlake.serve.reranker import Ranked, Reranker, hybrid_select
+from trajlake.serve.reranker import (
+    Ranked,
+    Reranker,
+    SparseReranker,
+    hybrid_select,
+    load_reranker,
+)
 from trajlake.serve.server import (
     Scorer,
     ServerLimits,
@@ -20,8 +26,10 @@ __all__ = [
     "Reranker",
     "Scorer",
     "ServerLimits",
+    "SparseReranker",
     "create_app",
     "hybrid_select",
+    "load_reranker",
     "run_server",
     "serve_in_background",
 ]

@@ -51,22 +51,16 @@ def build_tokenizer(recipe: Recipe, train_convs: Sequence[Conversation]) -> Any:
 
 
 def _serializer(recipe: Recipe) -> Serializer:
-    s = recipe.serializer
-    return Serializer(
-        kind=s.kind, max_tokens=s.max_tokens, observation_max_tokens=s.observation_max_tokens
-    )
+    """The recipe's serializer, every setting it gives (kind, budgets, character limits)."""
+    return Serializer(**recipe.serializer.model_dump())
 
 
 def _model_serializer(recipe: Recipe, tokenizer: Any) -> Serializer:
     """The serializer counting with the model's tokenizer; its budget leaves room for the
     special tokens the tokenizer adds, so inputs fit `max_tokens` without truncation."""
-    s = recipe.serializer
-    specials = len(tokenizer("", add_special_tokens=True)["input_ids"])
-    return Serializer(
-        kind=s.kind,
-        max_tokens=s.max_tokens - specials,
-        observation_max_tokens=s.observation_max_tokens,
-    ).with_tokenizer(tokenizer)
+    settings = recipe.serializer.model_dump()
+    settings["max_tokens"] -= len(tokenizer("", add_special_tokens=True)["input_ids"])
+    return Serializer(**settings).with_tokenizer(tokenizer)
 
 
 def _last_turn(serializer: Serializer, conv: Conversation) -> int | None:

@@ -1,5 +1,5 @@
-"""Saved value models on disk, either kind: load a model directory (neural or feature
-baseline) with its card and score lake trajectories with it — the one entry point for
+"""Saved value models on disk, any kind: load a model directory (neural, feature baseline or
+sparse text model) with its card and score lake trajectories with it — the one entry point for
 `trajlake eval value`, `score` and `rerank`.
 
 What a directory holds and how its kind is told is `model_files` (re-exported here); the neural
@@ -54,8 +54,8 @@ class SavedModel:
 
     @property
     def calibrated(self) -> bool:
-        """Scores are probabilities (BCE-trained or the logistic baseline)."""
-        if self.card is None or self.kind == "baseline":
+        """Scores are probabilities (BCE-trained, the logistic baseline or the sparse model)."""
+        if self.card is None or self.kind in ("baseline", "sparse"):
             return True
         loss = str(self.card.recipe.get("train", {}).get("loss", "bce"))
         return loss.startswith("bce")
@@ -98,7 +98,7 @@ def _bare_example(trajectory_id: str, snapshot_id: int) -> ValueExample:
 
 
 def load_model(path: str | Path, *, device: str | None = None, batch_size: int = 8) -> SavedModel:
-    """Load any saved trajlake value model (neural or baseline) with its card."""
+    """Load any saved trajlake value model (neural, baseline or sparse) with its card."""
     kind = model_kind(path)
     directory = Path(path)
     card = read_card(directory) if (directory / CARD_JSON).is_file() else None
@@ -107,6 +107,10 @@ def load_model(path: str | Path, *, device: str | None = None, batch_size: int =
         from trajlake.value.baseline import FeatureBaseline
 
         impl: Any = FeatureBaseline.load(directory / BASELINE_FILE)
+    elif kind == "sparse":
+        from trajlake.value.sparse import SparseValueModel
+
+        impl = SparseValueModel.load(directory)
     else:
         from trajlake.value.scorer import NeuralScorer
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trajlake._names import check_name
 from trajlake.errors import TrajlakeError
 
-ModelKind = Literal["value", "prefix-value", "baseline"]
+ModelKind = Literal["value", "prefix-value", "baseline", "sparse"]
 LossKind = Literal["bce", "bt", "listwise", "bce+bt", "bce+listwise"]
 
 
@@ -86,12 +86,24 @@ class BackboneSpec(_Section):
 class SerializerSpec(_Section):
     """How a trajectory becomes model input (see `trajlake.value.serialize`)."""
 
-    kind: Literal["whole", "final", "prefix"] = Field(
-        "whole", description="Whole trajectory, issue + final output, or prefix up to a turn."
+    kind: Literal["whole", "final", "prefix", "compact", "tail", "patch"] = Field(
+        "whole",
+        description="Whole trajectory, issue + final output, prefix up to a turn, Orchard's "
+        "compact form, issue + newest turns, or issue + patch (the last three end in the exit "
+        "status).",
     )
     max_tokens: int = Field(4096, ge=64, description="Token budget of one input.")
     observation_max_tokens: int = Field(
         512, ge=8, description="Long tool observations are cut in the middle to this many tokens."
+    )
+    reasoning_max_chars: int = Field(
+        600, ge=16, description="compact: characters kept of each turn's reasoning."
+    )
+    command_max_chars: int = Field(
+        400, ge=16, description="compact: characters kept of each tool call."
+    )
+    observation_max_chars: int = Field(
+        1200, ge=64, description="compact: characters of each observation, kept by type."
     )
 
 
@@ -159,13 +171,49 @@ class BaselineSpec(_Section):
     top_n: int = Field(5, ge=0, description="One-hot the N most frequent harnesses and policies.")
 
 
+class SparseSpec(_Section):
+    """The sparse text model (kind sparse): hashed word/bigram features of the conversation,
+    optional trajectory scalars, a linear logistic model (`trajlake.value.sparse`)."""
+
+    fields: list[Literal["actions", "thoughts", "observations", "issue", "final", "recent"]] = (
+        Field(
+            ["actions", "observations", "issue", "final", "recent"],
+            description="Text fields hashed, each in its own namespace (recent = last turns).",
+        )
+    )
+    buckets: int = Field(2**18, ge=16, description="Size of the hashed feature table.")
+    recent_turns: int = Field(3, ge=1, description="Turns in the `recent` fields.")
+    observation_head: int = Field(24, ge=0, description="Words kept from each observation's start.")
+    observation_tail: int = Field(40, ge=1, description="Words kept from each observation's end.")
+    issue_words: int = Field(64, ge=1, description="Words kept from the issue's start.")
+    final_words: int = Field(200, ge=2, description="Words kept from the final output/patch.")
+    scalars: bool = Field(
+        False, description="Add trajectory scalars (turns, length, submitted, errors, last tests)."
+    )
+    l2: float = Field(1.0, gt=0, description="L2 penalty (on summed losses; bias unpenalised).")
+    l2_grid: list[float] = Field(
+        [], description="Pick l2 from these by validation within-task AUROC (needs val tasks)."
+    )
+    loss: Literal["pointwise", "pairwise"] = Field(
+        "pointwise", description="Weighted BCE, or logistic loss on within-task score gaps."
+    )
+    pointwise_weight: float = Field(
+        0.1, ge=0, description="Weight of the BCE term kept beside the pairwise loss."
+    )
+    class_weight: bool = Field(True, description="Balance the classes in the BCE term.")
+    temperature: bool = Field(False, description="Fit one temperature on the validation split.")
+    ensemble: int = Field(1, ge=1, description="Members with different hash seeds, averaged.")
+    seed: int = Field(0, description="Hash seed of the first member.")
+    iterations: int = Field(300, ge=1, description="L-BFGS iterations per fit.")
+
+
 class Recipe(_Section):
     """A value-model training recipe."""
 
     name: str = Field(
         description="Model name (letters, digits, '.', '_', '-'); the model id starts with it."
     )
-    kind: ModelKind = Field("value", description="value | prefix-value | baseline.")
+    kind: ModelKind = Field("value", description="value | prefix-value | baseline | sparse.")
     description: str = Field("", description="One line for the model card.")
     backbone: BackboneSpec | None = Field(None, description="Neural kinds only.")
     serializer: SerializerSpec = Field(default_factory=SerializerSpec)
@@ -173,6 +221,7 @@ class Recipe(_Section):
     train: TrainSpec = Field(default_factory=TrainSpec)
     prefix: PrefixSpec = Field(default_factory=PrefixSpec)
     baseline: BaselineSpec = Field(default_factory=BaselineSpec)
+    sparse: SparseSpec = Field(default_factory=SparseSpec)
     eval_batch_size: int = Field(16, ge=1, description="Batch size when scoring.")
 
     @field_validator("name", mode="before")
@@ -183,7 +232,7 @@ class Recipe(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
-        if self.kind != "baseline" and self.backbone is None:
+        if self.kind not in ("baseline", "sparse") and self.backbone is None:
             raise ValueError(f"kind {self.kind!r} needs a backbone section")
         if self.data.val_frac + self.data.test_frac >= 1:
             raise ValueError("data.val_frac + data.test_frac must be < 1")

@@ -270,6 +270,49 @@ def evaluation_report(
     }
 
 
+def paired_difference(
+    task_ids: npt.ArrayLike,
+    scores: npt.ArrayLike,
+    other: npt.ArrayLike,
+    labels: npt.ArrayLike,
+    *,
+    k: int,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[str, dict[str, float] | None]:
+    """Best@k and gap closed of `scores` minus those of `other` on the same candidates, with
+    95% intervals from one task bootstrap that draws the same tasks for both (so the interval
+    is of the difference, narrower than comparing two separate intervals)."""
+    ids, s, y = _check_inputs(task_ids, scores, labels, False)
+    _, o, _ = _check_inputs(task_ids, other, labels, False)
+    a, b = _task_stats(ids, s, y, k, 1, False), _task_stats(ids, o, y, k, 1, False)
+
+    def diff(drawn: IntArray) -> dict[str, float | None]:
+        rand, oracle = float(a.rand[drawn].mean()), float(a.oracle[drawn].mean())
+        gap_a = _gap(float(a.best[drawn].mean()), rand, oracle)
+        gap_b = _gap(float(b.best[drawn].mean()), rand, oracle)
+        return {
+            "best_at_k": float((a.best[drawn] - b.best[drawn]).mean()),
+            "gap_closed": None if gap_a is None or gap_b is None else gap_a - gap_b,
+        }
+
+    every = np.arange(len(a.groups))
+    points, rng = diff(every), np.random.default_rng(seed)
+    samples: dict[str, list[float]] = {name: [] for name in points}
+    for _ in range(n_boot):
+        for name, value in diff(rng.integers(0, len(every), size=len(every))).items():
+            if value is not None:
+                samples[name].append(value)
+    out: dict[str, dict[str, float] | None] = {}
+    for name, point in points.items():
+        if point is None or not samples[name]:
+            out[name] = None
+            continue
+        low, high = np.quantile(samples[name], [ALPHA / 2.0, 1.0 - ALPHA / 2.0])
+        out[name] = {"point": point, "low": float(low), "high": float(high)}
+    return out
+
+
 # --------------------------------------------------------------------------- Markdown, files
 
 
@@ -315,7 +358,42 @@ def report_markdown(report: Mapping[str, Any]) -> str:
         lines.append(f"| {label} | {_fmt(report['headline'][key])} | {_fmt_ci(ci.get(key))} |")
     if report["notes"]:
         lines += ["", *(f"- {note}" for note in report["notes"])]
+    if report.get("floors"):
+        lines += ["", *floors_markdown(report)]
     return "\n".join(lines) + "\n"
+
+
+def _with_ci(point: float | None, ci: Mapping[str, float] | None) -> str:
+    return _fmt(point) if ci is None else f"{_fmt(point)} {_fmt_ci(ci)}"
+
+
+def floors_markdown(report: Mapping[str, Any]) -> list[str]:
+    """Lines of the floors table: the model and each floor on the same candidates, with CIs,
+    and the model minus each floor (a paired task bootstrap)."""
+    k = report["k_max"]
+    lines = [
+        "## Floors (same candidates, 95% task-bootstrap CIs)",
+        "",
+        f"| scorer | Best@{k} | gap closed @{k} | AUROC | AUROC per task | ECE "
+        f"| model − floor: Best@{k} | model − floor: gap closed |",
+        "| --- | --- | --- | --- | --- | ---: | --- | --- |",
+    ]
+    rows = [("**this model**", report, None), *((n, f, f) for n, f in report["floors"].items())]
+    for name, r, floor in rows:
+        head, ci = r["headline"], r["ci"]
+        delta = (floor or {}).get("model_minus_floor") or {}
+        cells = [
+            *(_with_ci(head[m], ci.get(m)) for m in ("best_at_k", "gap_closed", "auroc")),
+            _with_ci(head["auroc_per_task"], ci.get("auroc_per_task")),
+            _fmt(head.get("ece")),
+            *(
+                _with_ci(d["point"], d) if d else "–"
+                for d in (delta.get("best_at_k"), delta.get("gap_closed"))
+            ),
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    notes = [f"- {n}: {f['description']}" for n, f in report["floors"].items()]
+    return [*lines, "", *notes]
 
 
 def write_report(

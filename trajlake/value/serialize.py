@@ -1,7 +1,8 @@
 """Value-model inputs: a trajectory in any shape → one `Conversation` → one text in a token budget.
 
-Three layouts (methods.md §8.2): the whole trajectory in a judge layout, issue + final output, and
-the prefix up to a turn. Pure Python: counting with a real tokenizer is injected, never imported.
+Layouts (methods.md §8.2): the whole trajectory in a judge layout, issue + final output, the prefix
+up to a turn; Orchard's compact form, the tail, the patch alone, and a listwise group of patches.
+Pure Python: counting with a real tokenizer is injected, never imported.
 """
 
 from __future__ import annotations
@@ -13,13 +14,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast, get_args
 
+from trajlake.value._compact import CompactCaps, compact_assistant, patch_group
+
+# The compact form's parts that callers use are re-exported (explicitly, `as`) with this API.
+from trajlake.value._compact import PatchGroup as PatchGroup
+from trajlake.value._compact import compact_observation as compact_observation
+from trajlake.value._compact import exit_status as exit_status
+from trajlake.value._compact import observation_type as observation_type
+
 # Normalisation lives in `_conversation`; re-exported (explicitly, `as`) as part of this API.
 from trajlake.value._conversation import ChatMessage as ChatMessage
 from trajlake.value._conversation import Conversation as Conversation
 from trajlake.value._conversation import as_conversation as as_conversation
 from trajlake.value._conversation import n_turns as n_turns
 
-SerializerKind = Literal["whole", "final", "prefix"]
+SerializerKind = Literal["whole", "final", "prefix", "compact", "tail", "patch"]
 TokenCounter = Callable[[str], int]
 KINDS: tuple[str, ...] = get_args(SerializerKind)
 
@@ -33,6 +42,7 @@ LOG_HEADER = "=== INTERACTION LOG ==="
 END_HEADER = "=== END INTERACTION ==="
 FINAL_HEADER = "=== FINAL OUTPUT ==="
 LAST_MESSAGE_HEADER = "=== LAST ASSISTANT MESSAGE ==="
+EXIT_HEADER = "=== EXIT STATUS ==="
 _LABELS: dict[str, str] = {"system": "SYSTEM:", "user": "USER:", "tool": "OBSERVATION:"}
 _TRIES = 6
 
@@ -159,24 +169,39 @@ class _Parts:
     last_message: _Piece | None
 
 
-def _parts(ctx: _Ctx, conv: Conversation) -> _Parts:
+Renderer = Callable[[_Ctx, ChatMessage], list[_Piece]]
+
+
+def _compact_renderer(caps: CompactCaps) -> Renderer:
+    """Orchard's compact turns: capped reasoning and calls, observations cut by type."""
+
+    def render(ctx: _Ctx, message: ChatMessage) -> list[_Piece]:
+        if message.role != "assistant":
+            body = compact_observation(message.content, caps.observation)
+            return [ctx.fixed(_LABELS[message.role]), ctx.piece(body)]
+        return [ctx.fixed("ASSISTANT:"), ctx.piece(compact_assistant(message, caps, _call_text))]
+
+    return render
+
+
+def _parts(ctx: _Ctx, conv: Conversation, render: Renderer = _render) -> _Parts:
     system: list[str] = []
     extras: list[_Piece] = []
     turns: list[list[_Piece]] = []
     task_pending, last = True, None
     for m in conv.messages:
         if m.role == "assistant":
-            rendered = _render(ctx, m)
+            rendered = render(ctx, m)
             turns.append(extras + rendered if not turns else rendered)
             last = rendered[1]
         elif turns:
-            turns[-1] += _render(ctx, m)
+            turns[-1] += render(ctx, m)
         elif m.role == "system":
             system.append(m.content)
         elif task_pending and m.role == "user" and m.content.strip() == conv.task.strip():
             task_pending = False  # shown as the issue
         else:
-            extras += _render(ctx, m)
+            extras += render(ctx, m)
     blocks = [ctx.join(t) for t in turns] or ([ctx.join(extras)] if extras else [])
     return _Parts(
         system=ctx.piece("\n\n".join(system)) if system else None,
@@ -197,6 +222,7 @@ def _log_pieces(
     blocks: Sequence[_Piece],
     dropped: int,
     final: _Piece | None,
+    status: _Piece | None = None,
 ) -> list[_Piece]:
     out = [ctx.fixed(INSTRUCTION)]
     if system is not None:
@@ -207,6 +233,8 @@ def _log_pieces(
     out += [*blocks, ctx.fixed(END_HEADER)]
     if final is not None:
         out += [ctx.fixed(FINAL_HEADER), final]
+    if status is not None:
+        out += [ctx.fixed(EXIT_HEADER), status]
     return out
 
 
@@ -241,19 +269,24 @@ def _fit(ctx: _Ctx, full: _Piece, attempt: Callable[[int], str], max_tokens: int
 
 
 def _fit_log(
-    ctx: _Ctx, parts: _Parts, blocks: Sequence[_Piece], final: _Piece | None, max_tokens: int
+    ctx: _Ctx,
+    parts: _Parts,
+    blocks: Sequence[_Piece],
+    final: _Piece | None,
+    max_tokens: int,
+    status: _Piece | None = None,
 ) -> str:
     def attempt(budget: int) -> str:
         system = ctx.truncate(parts.system, max_tokens // 8, "middle") if parts.system else None
         issue = ctx.truncate(parts.issue, max_tokens // 4, "head")
         output = ctx.truncate(final, max_tokens // 4, "middle") if final is not None else None
         # Sized with the widest marker, so the real one (fewer turns dropped) fits too.
-        frame = ctx.join(_log_pieces(ctx, system, issue, [], len(blocks), output))
+        frame = ctx.join(_log_pieces(ctx, system, issue, [], len(blocks), output, status))
         kept = _newest(ctx, blocks, budget - frame.tokens)
-        pieces = _log_pieces(ctx, system, issue, kept, len(blocks) - len(kept), output)
+        pieces = _log_pieces(ctx, system, issue, kept, len(blocks) - len(kept), output, status)
         return ctx.join(pieces).text
 
-    full = ctx.join(_log_pieces(ctx, parts.system, parts.issue, blocks, 0, final))
+    full = ctx.join(_log_pieces(ctx, parts.system, parts.issue, blocks, 0, final, status))
     return _fit(ctx, full, attempt, max_tokens)
 
 
@@ -272,6 +305,21 @@ def _fit_final(ctx: _Ctx, parts: _Parts, max_tokens: int) -> str:
         return ctx.join([*frame, cut]).text
 
     return _fit(ctx, ctx.join([*head, parts.issue, header, body]), attempt, max_tokens)
+
+
+def _fit_patch(ctx: _Ctx, parts: _Parts, status: _Piece, max_tokens: int) -> str:
+    """Issue head, the final patch (``(none)`` without one, never the last message), exit status."""
+    body = parts.final if parts.final is not None else ctx.fixed("(none)")
+    head = [ctx.fixed(INSTRUCTION), ctx.fixed(ISSUE_HEADER)]
+    tail = [ctx.fixed(EXIT_HEADER), status]
+
+    def attempt(budget: int) -> str:
+        frame = [*head, ctx.truncate(parts.issue, max_tokens // 4, "head"), ctx.fixed(FINAL_HEADER)]
+        room = budget - ctx.join([*frame, *tail]).tokens - ctx.sep
+        return ctx.join([*frame, ctx.truncate(body, room, "middle"), *tail]).text
+
+    full = ctx.join([*head, parts.issue, ctx.fixed(FINAL_HEADER), body, *tail])
+    return _fit(ctx, full, attempt, max_tokens)
 
 
 def _hard_cut(ctx: _Ctx, text: str, max_tokens: int) -> str:
@@ -313,6 +361,18 @@ def _text_of(
     return _fit_log(ctx, parts, parts.blocks[: cast(int, turn) + 1], None, max_tokens)
 
 
+def _status_text(
+    conversation: Conversation, kind: SerializerKind, max_tokens: int, ctx: _Ctx, caps: CompactCaps
+) -> str:
+    """The kinds that end in an exit status: compact, tail, patch (no system prompt in any)."""
+    status = ctx.piece(exit_status(conversation))
+    render = _compact_renderer(caps) if kind == "compact" else _render
+    parts = dataclasses.replace(_parts(ctx, conversation, render), system=None)
+    if kind == "patch":
+        return _fit_patch(ctx, parts, status, max_tokens)
+    return _fit_log(ctx, parts, parts.blocks, parts.final, max_tokens, status)
+
+
 def serialize(
     conv: Conversation | Any,
     kind: SerializerKind,
@@ -321,6 +381,9 @@ def serialize(
     max_tokens: int = 4096,
     observation_max_tokens: int = 512,
     count_tokens: TokenCounter | None = None,
+    reasoning_max_chars: int = 600,
+    command_max_chars: int = 400,
+    observation_max_chars: int = 1200,
 ) -> str:
     """Render a conversation as one value-model input text within a token budget.
 
@@ -331,19 +394,31 @@ def serialize(
     to turn `turn` (its observations included) without the final output. ``"final"`` is the
     issue and the final output (the last assistant message when there is none).
 
-    Every observation is cut in the middle to `observation_max_tokens`. When the text would
-    exceed `max_tokens`, the issue keeps its head (at most 1/4 of the budget), the system prompt
-    at most 1/8, the final output at most 1/4 (cut in the middle), and the log keeps its newest
-    turns whole, the oldest dropped first behind an ``[... N earlier turns omitted ...]`` marker.
+    Three kinds end in ``=== EXIT STATUS ===`` (`exit_status`: submitted / limits / error / no
+    submission) and leave out the system prompt: ``"compact"`` is the whole layout in Orchard's
+    compact form (reasoning cut to `reasoning_max_chars`, each call to `command_max_chars`,
+    each observation to `observation_max_chars` by type: see `compact_observation`);
+    ``"tail"`` is the whole layout's newest turns; ``"patch"`` is the issue and the final
+    output only (``(none)`` without one).
+
+    Every observation of the other kinds is cut in the middle to `observation_max_tokens`. When
+    the text would exceed `max_tokens`, the issue keeps its head (at most 1/4 of the budget), the
+    system prompt at most 1/8, the final output at most 1/4 (cut in the middle), and the log
+    keeps its newest turns whole, the oldest dropped first behind an ``[... N earlier turns
+    omitted ...]`` marker.
 
     Args:
         conv: A `Conversation` or anything `as_conversation` accepts.
-        kind: ``"whole"``, ``"final"`` or ``"prefix"``.
+        kind: One of `KINDS`.
         turn: The last turn of a prefix (0-based); only for ``"prefix"``.
         max_tokens: Token budget of the whole text.
-        observation_max_tokens: Token budget of each observation (and other non-assistant message).
+        observation_max_tokens: Token budget of each observation (and other non-assistant
+            message); not for ``"compact"``, which caps observations in characters.
         count_tokens: Token counter; default `approx_token_count`. Each piece is counted once,
             and the assembled text (about `max_tokens` long) once more to guarantee the budget.
+        reasoning_max_chars: ``"compact"``: characters of each turn's reasoning.
+        command_max_chars: ``"compact"``: characters of each tool call.
+        observation_max_chars: ``"compact"``: characters of each observation.
 
     Returns:
         The text; ``count_tokens(text) <= max_tokens``. The same input gives the same text.
@@ -360,13 +435,54 @@ def serialize(
         count_tokens or approx_token_count,
         _check_int("observation_max_tokens", observation_max_tokens),
     )
+    caps = _caps(reasoning_max_chars, command_max_chars, observation_max_chars)
     if kind == "prefix":
         turns = n_turns(conversation)
         if isinstance(turn, bool) or not isinstance(turn, int) or not 0 <= turn < turns:
             raise ValueError(f"kind='prefix' needs a turn in 0..{turns - 1}, got {turn!r}")
     elif turn is not None:
         raise ValueError(f"turn is only for kind='prefix', not {kind!r}")
+    if kind in _STATUS_KINDS:
+        return _status_text(conversation, kind, max_tokens, ctx, caps)
     return _text_of(ctx, _parts(ctx, conversation), kind, turn, max_tokens)
+
+
+_STATUS_KINDS = frozenset({"compact", "tail", "patch"})
+_CAP_KEYS = ("reasoning_max_chars", "command_max_chars", "observation_max_chars")
+
+
+def _caps(reasoning: Any, command: Any, observation: Any) -> CompactCaps:
+    return CompactCaps(
+        reasoning=_check_int("reasoning_max_chars", reasoning),
+        command=_check_int("command_max_chars", command),
+        observation=_check_int("observation_max_chars", observation),
+    )
+
+
+def serialize_group(candidates: Sequence[Any], tokenizer: Any, budget: int) -> PatchGroup:
+    """One task's candidates as one listwise text: each patch under a numbered header.
+
+    Args:
+        candidates: Trajectories of one task, in any shape `as_conversation` accepts.
+        tokenizer: A Hugging Face tokenizer counting the budget exactly, or None for
+            `approx_token_count`.
+        budget: Token budget of the whole text, split evenly between the patches.
+
+    Returns:
+        The text and the character spans of each candidate's header and patch.
+
+    Raises:
+        ValueError: No candidates, candidates of different tasks, or a budget too small for
+            the headers.
+    """
+    convs = [as_conversation(c) for c in candidates]
+    if not convs:
+        raise ValueError("serialize_group needs at least one candidate")
+    task_ids = {c.task_id for c in convs if c.task_id is not None}
+    if len(task_ids) > 1:
+        raise ValueError(f"candidates of one task expected, got tasks {sorted(task_ids)}")
+    count = tokenizer_counter(tokenizer) if tokenizer is not None else approx_token_count
+    return patch_group(convs, count, _check_int("budget", budget))
 
 
 @dataclass(frozen=True)
@@ -374,22 +490,29 @@ class Serializer:
     """A serializer configuration, saved with a model so that inputs are rendered the same way.
 
     Attributes:
-        kind: ``"whole"``, ``"final"`` or ``"prefix"`` (see `serialize`).
+        kind: One of `KINDS` (see `serialize`).
         max_tokens: Token budget of one text.
         observation_max_tokens: Token budget of each observation.
         count_tokens: Token counter (default `approx_token_count`); not saved by `to_dict`, set
             it again with `with_tokenizer` after loading.
+        reasoning_max_chars: ``"compact"``: characters of each turn's reasoning.
+        command_max_chars: ``"compact"``: characters of each tool call.
+        observation_max_chars: ``"compact"``: characters of each observation.
     """
 
     kind: SerializerKind
     max_tokens: int = 4096
     observation_max_tokens: int = 512
     count_tokens: TokenCounter | None = field(default=None, compare=False, repr=False)
+    reasoning_max_chars: int = 600
+    command_max_chars: int = 400
+    observation_max_chars: int = 1200
 
     def __post_init__(self) -> None:
         _check_kind(self.kind)
         _check_int("max_tokens", self.max_tokens)
         _check_int("observation_max_tokens", self.observation_max_tokens)
+        _caps(self.reasoning_max_chars, self.command_max_chars, self.observation_max_chars)
 
     def with_tokenizer(self, tokenizer: Any) -> Serializer:
         """A copy counting tokens exactly with a Hugging Face tokenizer."""
@@ -404,6 +527,9 @@ class Serializer:
             max_tokens=self.max_tokens,
             observation_max_tokens=self.observation_max_tokens,
             count_tokens=self.count_tokens,
+            reasoning_max_chars=self.reasoning_max_chars,
+            command_max_chars=self.command_max_chars,
+            observation_max_chars=self.observation_max_chars,
         )
 
     def texts(self, objs: Iterable[Any]) -> list[str]:
@@ -422,12 +548,16 @@ class Serializer:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready settings (the counter is not included)."""
-        return {
+        """JSON-ready settings (the counter is not included; the character caps only for
+        ``"compact"``, the one kind that reads them, so older saved settings stay as they were)."""
+        settings: dict[str, Any] = {
             "kind": self.kind,
             "max_tokens": self.max_tokens,
             "observation_max_tokens": self.observation_max_tokens,
         }
+        if self.kind == "compact":
+            settings.update({key: getattr(self, key) for key in _CAP_KEYS})
+        return settings
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Serializer:
@@ -439,9 +569,10 @@ class Serializer:
         """
         if not isinstance(data, Mapping):
             raise TypeError(f"expected a dict, got {type(data).__name__}")
-        unknown = set(data) - {"kind", "max_tokens", "observation_max_tokens"}
-        if unknown or "kind" not in data:
+        known = {"kind", "max_tokens", "observation_max_tokens", *_CAP_KEYS}
+        if set(data) - known or "kind" not in data:
             raise ValueError(
-                f"expected keys kind, max_tokens, observation_max_tokens; got {sorted(data)}"
+                f"expected keys kind, max_tokens, observation_max_tokens and (compact) "
+                f"{', '.join(_CAP_KEYS)}; got {sorted(data)}"
             )
         return cls(**dict(data))

@@ -143,6 +143,8 @@ def _fit(
 ) -> _Fitted:
     if recipe.kind == "baseline":
         return _fit_baseline(lake, recipe, data, directory)
+    if recipe.kind == "sparse":
+        return _fit_sparse(lake, recipe, data, directory)
     from trajlake.value._train_neural import fit_neural
 
     scores, calibrated, training = fit_neural(
@@ -159,6 +161,17 @@ def _fit_baseline(lake: LakeStore, recipe: Recipe, data: TrainingData, directory
     model.save(directory / BASELINE_FILE)  # the file that marks a baseline model directory
     scores = model.predict_proba(data.splits["test"], lake, data.snapshot_id)
     return _Fitted(scores, True, {"features": model.feature_names})
+
+
+def _fit_sparse(lake: LakeStore, recipe: Recipe, data: TrainingData, directory: Path) -> _Fitted:
+    from trajlake.value._sparse_fit import fit_from_lake
+
+    model = fit_from_lake(lake, data.snapshot_id, data.splits, recipe.sparse)
+    model.save(directory)  # writes the file that marks a sparse model directory
+    scores = model.score_lake(
+        lake, data.snapshot_id, [e.trajectory_id for e in data.splits["test"]]
+    )
+    return _Fitted(scores, True, dict(model.info))
 
 
 def headline_metrics(report: dict[str, Any]) -> dict[str, Any]:
