@@ -106,11 +106,12 @@ class Lake(LakeStore):
                 can share their text — the `duplicates` view lists such groups).
             workers: parsing processes for big inputs (None: one per core).
             labels: verifier outputs to attach right after (see `label`); the label report
-                is in `IngestReport.labels`.
+                is in `IngestReport.labels`. They are read first: inputs holding no label file
+                raise `FormatDetectionError` before any trajectory is stored.
             storage_options: fsspec options for remote inputs.
             progress: receives progress (bytes read).
         """
-        from trajlake.ingest import IngestOptions, ingest
+        from trajlake.ingest import IngestOptions, commit_labels, ingest, prepare_labels
 
         items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
         options = IngestOptions(
@@ -125,6 +126,12 @@ class Lake(LakeStore):
             dedupe_content=dedupe_content,
             workers=workers,
         )
+        # Labels are read first: a label input that is not one fails before anything is stored.
+        read = (
+            None
+            if labels is None
+            else prepare_labels(labels, run_id=run_id, storage_options=storage_options)
+        )
         report = ingest(
             self,
             [os.fspath(i) for i in items],
@@ -133,10 +140,8 @@ class Lake(LakeStore):
             storage_options=storage_options,
             progress=progress,
         )
-        if labels is not None:
-            report.labels = self.label(
-                labels, run_id=run_id, storage_options=storage_options
-            ).to_dict()
+        if read is not None:
+            report.labels = commit_labels(self, read).to_dict()
             report.snapshot_id = report.labels["snapshot"]
         return report
 

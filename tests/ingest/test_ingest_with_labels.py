@@ -44,3 +44,16 @@ def test_cli_ingest_labels_option(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["added"] == 8 and report["labels"]["matched"] == 8
+
+
+def test_a_labels_input_holding_no_label_file_stores_nothing(tmp_path: Path) -> None:
+    rollouts, _ = _files(tmp_path)
+    empty = tmp_path / "no-labels"
+    empty.mkdir()
+    lake = str(tmp_path / "lake")
+    args = ["ingest", str(rollouts), "--lake", lake, "--create", "--labels", str(empty)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code != 0
+    assert "no label files among the 0 input file(s)" in result.output
+    # Read before the ingest: the rollouts were not stored either, so the command can be rerun.
+    assert tl.open_lake(lake).sql("SELECT count(*) FROM trajectories").rows() == [(0,)]

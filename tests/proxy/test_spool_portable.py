@@ -115,3 +115,30 @@ def test_a_killed_writer_without_fcntl_is_replayed(tmp_path: Path, no_fcntl: Non
         writer.wait()
         if writer.stdout is not None:
             writer.stdout.close()
+
+
+@pytest.mark.skipif(spool_module.fcntl is None, reason="flock only where there is fcntl")
+def test_a_spool_file_is_never_visible_unlocked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fcntl = spool_module.fcntl
+    assert fcntl is not None
+    flock, visible_at_lock = fcntl.flock, []
+
+    def recording_flock(fd: int, operation: int) -> None:
+        visible_at_lock.append(sorted(p.name for p in tmp_path.glob("calls-*.jsonl")))
+        flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", recording_flock)
+    spool = Spool(tmp_path)
+    # When the lock was taken no spool file was visible under a name replay reads; now it is,
+    # locked, and nothing of its hidden creation is left.
+    assert visible_at_lock[0] == []
+    assert [p.name for p in tmp_path.glob("calls-*.jsonl")] == [spool.path.name]
+    assert not list(tmp_path.glob(".*.new"))
+    monkeypatch.undo()
+    starting = Spool(tmp_path)
+    assert replay(starting).pending == []  # a live writer's file is left alone
+    assert spool.path.exists()
+    for each in (starting, spool):
+        each.close(remove=True)

@@ -16,7 +16,15 @@ if TYPE_CHECKING:
     )
     from trajlake.ingest._registry import adapters, detect, format_names, get_adapter
     from trajlake.ingest._sources import SourceFile, expand_sources
-    from trajlake.ingest.labels import LABEL_FORMATS, LabelReport, attach_labels, read_labels
+    from trajlake.ingest.labels import (
+        LABEL_FORMATS,
+        LabelReport,
+        ReadLabels,
+        attach_labels,
+        commit_labels,
+        prepare_labels,
+        read_labels,
+    )
     from trajlake.redact import AllowList, redact_uri
 
 # Imported on first use: a parsing worker imports only the adapter it runs, not the pipeline
@@ -33,7 +41,16 @@ _LAZY = {
     ),
     **dict.fromkeys(["SourceFile", "expand_sources"], "trajlake.ingest._sources"),
     **dict.fromkeys(
-        ["LABEL_FORMATS", "LabelReport", "attach_labels", "read_labels"], "trajlake.ingest.labels"
+        [
+            "LABEL_FORMATS",
+            "LabelReport",
+            "ReadLabels",
+            "attach_labels",
+            "commit_labels",
+            "prepare_labels",
+            "read_labels",
+        ],
+        "trajlake.ingest.labels",
     ),
     **dict.fromkeys(["AllowList", "redact_uri"], "trajlake.redact"),
 }
@@ -51,16 +68,19 @@ __all__ = [
     "IngestReport",
     "LabelReport",
     "ParsedTrajectory",
+    "ReadLabels",
     "RedactionFinding",
     "RedactionReport",
     "SourceFile",
     "adapters",
     "attach_labels",
+    "commit_labels",
     "detect",
     "expand_sources",
     "format_names",
     "get_adapter",
     "ingest",
+    "prepare_labels",
     "read_labels",
     "redact_uri",
     "redaction_report",

@@ -121,7 +121,10 @@ class LabelReport:
 
 
 @dataclass
-class _Read:
+class ReadLabels:
+    """Label rows read from verifier files, not yet committed (`prepare_labels`), with the
+    report counting what was read."""
+
     labels: list[Label] = field(default_factory=list)
     report: LabelReport = field(default_factory=LabelReport)
 
@@ -151,7 +154,7 @@ def _source_name(fmt: str, kind: str, uri: str) -> str:
     return kind
 
 
-def _parse(kind: str, text: str, uri: str, run_id: str | None, out: _Read) -> Iterator[Row]:
+def _parse(kind: str, text: str, uri: str, run_id: str | None, out: ReadLabels) -> Iterator[Row]:
     run = run_id if run_id is not None else run_folder(uri, kind)
 
     def problem(message: str) -> None:
@@ -181,7 +184,9 @@ def _parse(kind: str, text: str, uri: str, run_id: str | None, out: _Read) -> It
         yield from parse_terminal_bench(data, run)
 
 
-def _read_file(source: SourceFile, fmt: str, run_id: str | None, single: bool, out: _Read) -> None:
+def _read_file(
+    source: SourceFile, fmt: str, run_id: str | None, single: bool, out: ReadLabels
+) -> None:
     name = source.name
     if not single and (not name.endswith(_CANDIDATES) or name.endswith(".traj.json")):
         return  # trajectories, logs, configs beside the verifier output
@@ -225,17 +230,24 @@ def _read_file(source: SourceFile, fmt: str, run_id: str | None, single: bool, o
         out.labels.append(label)
 
 
-def _read(
+def prepare_labels(
     paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    fmt: str,
-    run_id: str | None,
-    storage_options: Mapping[str, Any] | None,
-) -> _Read:
+    fmt: str = "auto",
+    run_id: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ReadLabels:
+    """Read verifier outputs into label rows without touching a lake (`commit_labels` stores
+    them): an ingest reads its `--labels` first, so a bad label input stores nothing.
+
+    Raises:
+        FormatDetectionError: None of the inputs is a label file.
+        ValueError: An unknown format.
+    """
     if fmt != "auto" and fmt not in LABEL_FORMATS:
         raise ValueError(f"unknown label format {fmt!r}; choose auto or one of: {LABEL_FORMATS}")
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     sources = expand_sources([os.fspath(p) for p in items], storage_options)
-    out = _Read()
+    out = ReadLabels()
     for source in sources:
         _read_file(source, fmt, run_id, len(sources) == 1, out)
     if not out.report.files:
@@ -272,7 +284,7 @@ def read_labels(
     Bad rows of JSONL/CSV files are skipped with a logged warning; a file named on its own
     that is not a label file raises FormatDetectionError.
     """
-    return _read(paths, format, run_id, storage_options).labels
+    return prepare_labels(paths, format, run_id, storage_options).labels
 
 
 def _trajectories(lake: LakeStore, column: str, values: set[str]) -> list[tuple[str, str, str]]:
@@ -336,7 +348,12 @@ def attach_labels(
     Labels that match no trajectory yet are stored too (a later ingest of their run makes
     them apply); the report counts them. Re-labelling with the same files adds nothing.
     """
-    read = _read(paths, format, run_id, storage_options)
+    return commit_labels(lake, prepare_labels(paths, format, run_id, storage_options))
+
+
+def commit_labels(lake: LakeStore, read: ReadLabels) -> LabelReport:
+    """Match labels read by `prepare_labels` against the lake and commit them in one snapshot
+    (see `attach_labels`)."""
     report = read.report
     if not read.labels:
         report.snapshot_id = lake.snapshot().snapshot_id

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 PREFIX = "calls-"
 SUFFIX = ".jsonl"
 LOCK_SUFFIX = ".lock"
+_NEW = ".new"
+"""Suffix of a spool file being created (hidden, not yet locked under its name)."""
 """Of the lock file beside a spool file, where there is no `fcntl`."""
 _DIR_MODE, _FILE_MODE = 0o700, 0o600
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)  # not on Windows, whose handles are not inherited
@@ -214,13 +216,16 @@ class Spool:
         stamp = time.strftime("%Y%m%dT%H%M%S") + f"{time.time_ns() % 1_000_000_000:09d}"
         path = self.directory / f"{PREFIX}{os.getpid()}-{stamp}{SUFFIX}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _O_CLOEXEC
-        # The lock tells a proxy starting later that this file's writer is alive. A lock file
-        # is taken before the spool file exists, so the file is never seen unlocked.
+        # The lock tells a proxy starting later that this file's writer is alive, so the file
+        # must never be seen unlocked (a replaying proxy would take it, find it empty and delete
+        # it under the writer). A lock file is taken before the spool file exists; a flock is
+        # taken on the file under a name replay does not read, which is then renamed.
         lock = _WriterLock(path)
+        hidden = path if fcntl is None else path.with_name(f".{path.name}{_NEW}")
         try:
             if fcntl is None:
                 lock.take(None)
-            fd = os.open(path, flags, _FILE_MODE)
+            fd = os.open(hidden, flags, _FILE_MODE)
         except OSError as e:
             lock.release()
             raise SpoolError(f"cannot write the proxy spool in {self.directory}: {e}") from e
@@ -229,9 +234,12 @@ class Spool:
                 os.fchmod(fd, _FILE_MODE)  # whatever the umask
             if fcntl is not None:
                 lock.take(fd)
+                os.rename(hidden, path)
         except OSError as e:
             os.close(fd)
             lock.release()
+            with contextlib.suppress(OSError):
+                hidden.unlink()
             raise SpoolError(f"cannot lock the proxy spool {path}: {e}") from e
         return fd, path, lock
 
