@@ -19,6 +19,7 @@ disk (any format `trajlake ingest` reads, labelled by the verifier outputs insid
    "fewer steps" and "exit status" heuristics, see `trajlake.value.evaluate.FLOOR_DESCRIPTIONS`),
    and whether every row saw the same candidates.
 
+    git clone --bare https://github.com/multi-swe-bench/experiments /tmp/experiments.git
     python benchmarks/bench_value_real.py [--mirror GIT_DIR] [--prefix evaluation/java/verified]
         [--source DIR]... [--recipe PATH]... [--test-frac 0.5] [--set KEY=VALUE]...
         [--n-boot 1000] [--workdir DIR]
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -45,7 +47,8 @@ import trajlake as tl
 from trajlake.cli.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MIRROR = Path("/work/.mirror/multi-swe-bench+experiments/repo")
+MIRROR_ENV = "TRAJLAKE_SWE_EXPERIMENTS"
+"""Environment variable naming the git dir of a multi-swe-bench/experiments clone."""
 DEFAULT_PREFIX = "evaluation/java/verified"
 DEFAULT_RECIPES = ("baseline", "sparse", "hybrid", "tiny")
 
@@ -241,8 +244,9 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--mirror",
-        default=str(DEFAULT_MIRROR),
-        help="git dir of a multi-swe-bench/experiments snapshot ('' skips it)",
+        default=os.environ.get(MIRROR_ENV, ""),
+        help="git dir of a clone of github.com/multi-swe-bench/experiments (e.g. made with "
+        f"`git clone --bare`; default: ${MIRROR_ENV}; '' skips it)",
     )
     p.add_argument("--prefix", default=DEFAULT_PREFIX, help="submissions folder in the mirror")
     p.add_argument(
@@ -285,7 +289,7 @@ def main() -> None:
         sources = list(args.source)
         if args.mirror:
             if not Path(args.mirror).is_dir():
-                raise SystemExit(f"no mirror at {args.mirror}: fetch one, or pass --mirror ''")
+                raise SystemExit(f"no git dir at {args.mirror}: clone one, or pass --mirror ''")
             sources += extract_mirror(Path(args.mirror), args.prefix, work / "extracted")
         if not sources:
             raise SystemExit("no candidates: give --mirror or --source")

@@ -9,14 +9,25 @@ models with it without loading credit.
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CLIP_CHARS", "WORD", "NgramHasher", "buckets", "clip", "normalise", "words"]
+__all__ = [
+    "CLIP_CHARS",
+    "WORD",
+    "NgramHasher",
+    "argument_words",
+    "buckets",
+    "clip",
+    "normalise",
+    "words",
+]
 
 _HEX = re.compile(r"\b[0-9a-f]{7,64}\b")
 _PATH = re.compile(
@@ -117,3 +128,20 @@ def buckets(
     index = (mixed % np.uint64(n_buckets)).astype(np.int64)
     sign = np.where((mixed >> np.uint64(63)) == 1, -1.0, 1.0)
     return index, sign
+
+
+def argument_words(raw: str) -> list[str]:
+    """Argument keys (`arg_<key>`) and value words of a tool call's JSON arguments; the words
+    of the raw text when it is not a JSON object."""
+    try:
+        args: Any = json.loads(raw)
+    except ValueError:
+        return WORD.findall(normalise(clip(raw, 500)))
+    if not isinstance(args, dict):
+        return WORD.findall(normalise(clip(str(args), 500)))
+    out: list[str] = []
+    for key, value in args.items():
+        out.append("arg_" + re.sub(r"\W", "_", str(key).lower()))
+        text = value if isinstance(value, str) else json.dumps(value)
+        out += WORD.findall(normalise(clip(text, 500)))
+    return out

@@ -10,12 +10,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from _value_cli import MODELS, gen0_lake, run_cli
 
 import trajlake as tl
-from trajlake.cli.main import cli
 from trajlake.errors import ModelFormatError
-from trajlake.synth import SynthConfig, generate
 from trajlake.value import evaluate as evaluate_module
 from trajlake.value._sparse_fit import FitOptions, Labelled, fit_sparse_model, fit_temperature
 from trajlake.value.artifacts import load_model, model_kind, neural_model_dir
@@ -23,27 +21,15 @@ from trajlake.value.recipe import RecipeError, parse_recipe
 from trajlake.value.serialize import as_conversation
 from trajlake.value.sparse import SparseFeatures, SparseValueModel
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
-
-
-def _run(*args: str) -> Any:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result
-
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A tagged synthetic lake with the floor and the hybrid recipe trained from the CLI."""
     root = tmp_path_factory.mktemp("sparse")
-    lake_dir = str(root / "lake")
-    lake = tl.open_lake(lake_dir, create=True)
-    batch = generate(SynthConfig(seed=1, n_tasks=30, rollouts_per_task=6))
-    lake.write([{**t, "generation": 0} for t in batch.trajectories])
-    lake.tag("gen-0")
+    lake_dir, batch = gen0_lake(root)
     out: dict[str, Any] = {"lake": lake_dir, "root": root, "batch": batch}
     for name in ("sparse", "hybrid"):
-        result = _run(
+        result = run_cli(
             "train", "value", "--lake", lake_dir, "--config", str(MODELS / f"{name}.yaml"),
             "--at", "gen-0", "--out", str(root / name), "-o", "json",
         )  # fmt: skip
@@ -192,7 +178,7 @@ def test_the_neural_scorer_refuses_a_sparse_directory(trained: dict[str, Any]) -
 
 
 def _eval(trained: dict[str, Any], name: str, out: str, *extra: str) -> Any:
-    return _run(
+    return run_cli(
         "eval", "value", trained[name]["directory"], "--lake", trained["lake"],
         "--at", "gen-0", "--out", str(trained["root"] / out), "--n-boot", "200", *extra,
     )  # fmt: skip
@@ -262,7 +248,7 @@ def test_heuristic_floors_read_turns_and_exit_status(trained: dict[str, Any]) ->
 
 
 def test_rerank_orders_each_task_by_the_sparse_model(trained: dict[str, Any]) -> None:
-    result = _run(
+    result = run_cli(
         "rerank", trained["hybrid"]["directory"], "--lake", trained["lake"], "--at", "gen-0",
         "-o", "json",
     )  # fmt: skip

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _value_cli import MODELS, gen0_lake, run_cli
 from click.testing import CliRunner
 
 import trajlake as tl
@@ -17,31 +18,20 @@ from trajlake.synth import SynthConfig, generate
 
 pytest.importorskip("torch")
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
 FAST = ("--set", "train.epochs=2", "--set", "serializer.max_tokens=256")
-
-
-def _run(*args: str) -> Any:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A tagged synthetic lake with a baseline and a tiny neural model trained from the CLI."""
     root = tmp_path_factory.mktemp("value")
-    lake_dir = str(root / "lake")
-    lake = tl.open_lake(lake_dir, create=True)
-    batch = generate(SynthConfig(seed=1, n_tasks=30, rollouts_per_task=6))
-    lake.write([{**t, "generation": 0} for t in batch.trajectories])
-    lake.tag("gen-0")
+    lake_dir, _ = gen0_lake(root)
     out: dict[str, Any] = {"lake": lake_dir, "root": root}
     for name, recipe, extra in (
         ("baseline", "baseline.yaml", ()),
         ("tiny", "tiny.yaml", FAST),
     ):
-        result = _run(
+        result = run_cli(
             "train",
             "value",
             "--lake",
@@ -109,7 +99,7 @@ def test_tiny_model_learns_something(trained: dict[str, Any]) -> None:
 def test_eval_value_reproduces_the_training_report(trained: dict[str, Any], name: str) -> None:
     directory = trained[name]["directory"]
     out = trained["root"] / f"eval-{name}"
-    result = _run(
+    result = run_cli(
         "eval",
         "value",
         directory,
@@ -130,7 +120,7 @@ def test_eval_value_reproduces_the_training_report(trained: dict[str, Any], name
 
 
 def test_eval_on_all_tasks_reports_the_leak(trained: dict[str, Any]) -> None:
-    result = _run(
+    result = run_cli(
         "eval",
         "value",
         trained["baseline"]["directory"],
@@ -147,7 +137,7 @@ def test_eval_on_all_tasks_reports_the_leak(trained: dict[str, Any]) -> None:
 def test_score_stores_one_row_per_selected_trajectory(trained: dict[str, Any]) -> None:
     lake_dir, model = trained["lake"], trained["tiny"]
     where = "t.task_id IN ('synth-repo-0001', 'synth-repo-0002')"
-    _run("score", model["directory"], "--lake", lake_dir, "--where", where)
+    run_cli("score", model["directory"], "--lake", lake_dir, "--where", where)
     lake = tl.open_lake(lake_dir)
     rows = lake.sql(
         "SELECT count(*), min(score) >= 0, max(score) <= 1, count(DISTINCT source_snapshot) "
@@ -157,7 +147,7 @@ def test_score_stores_one_row_per_selected_trajectory(trained: dict[str, Any]) -
 
 
 def test_rerank_prints_each_task_best_first(trained: dict[str, Any]) -> None:
-    result = _run(
+    result = run_cli(
         "rerank",
         trained["baseline"]["directory"],
         "--lake",
@@ -292,7 +282,7 @@ def test_tiny_recipe_trains_in_bf16_and_serves_on_cuda(tmp_path: Path) -> None:
     lake_dir = str(tmp_path / "lake")
     lake = tl.open_lake(lake_dir, create=True)
     lake.write(generate(SynthConfig(seed=4, n_tasks=20, rollouts_per_task=6)).trajectories)
-    _run(
+    run_cli(
         "train",
         "value",
         "--lake",

@@ -4,13 +4,12 @@ word fields of a turn (tools, arguments, thoughts, observations), hashed with
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from trajlake._text_hashing import CLIP_CHARS, WORD, clip, normalise, words
+from trajlake._text_hashing import CLIP_CHARS, argument_words, words
 from trajlake.credit._types import TrajectoryTurns, Turn
 from trajlake.query import sql
 
@@ -29,24 +28,9 @@ def action_words(turn: Turn, limit: int = 48) -> list[str]:
         out.append("tool_" + re.sub(r"\W", "_", name.lower()))
         for line in lines:
             if line.startswith(name + "(") and line.endswith(")"):
-                out += _argument_words(line[len(name) + 1 : -1])
+                out += argument_words(line[len(name) + 1 : -1])
                 break
     return out[:limit]
-
-
-def _argument_words(raw: str) -> list[str]:
-    try:
-        args: Any = json.loads(raw)
-    except ValueError:
-        return WORD.findall(normalise(clip(raw, 500)))
-    if not isinstance(args, dict):
-        return WORD.findall(normalise(clip(str(args), 500)))
-    out: list[str] = []
-    for key, value in args.items():
-        out.append("arg_" + re.sub(r"\W", "_", str(key).lower()))
-        text = value if isinstance(value, str) else json.dumps(value)
-        out += WORD.findall(normalise(clip(text, 500)))
-    return out
 
 
 def thought_words(turn: Turn, limit: int = 24) -> list[str]:

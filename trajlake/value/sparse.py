@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from trajlake._text_hashing import NgramHasher, buckets, clip, normalise, words
+from trajlake._text_hashing import (
+    NgramHasher,
+    argument_words,
+    buckets,
+    words,
+)
 from trajlake.errors import ModelFormatError, NoSuchTrajectory
 from trajlake.value.model_files import SPARSE_FILE
 from trajlake.value.serialize import ChatMessage, Conversation, as_conversation
@@ -60,7 +65,6 @@ _TEST_CALL = re.compile(r"pytest|unittest|\btox\b|npm test|go test|cargo test|ru
 _PASSED = re.compile(r"\bpassed\b|\bok\b", re.I)
 _FAILED = re.compile(r"\bfailed\b|\berrors?\b|traceback", re.I)
 _SUBMIT = re.compile(r"submit", re.I)
-_WORD = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -87,27 +91,11 @@ class SparseFeatures:
 # ----------------------------------------------------------------------------- token fields
 
 
-def _argument_words(arguments: str) -> list[str]:
-    """Keys and value words of a tool call's JSON arguments (raw text when not JSON)."""
-    try:
-        parsed: Any = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return _WORD.findall(normalise(clip(arguments, 500)))
-    if not isinstance(parsed, dict):
-        return _WORD.findall(normalise(clip(json.dumps(parsed), 500)))
-    out: list[str] = []
-    for key, value in parsed.items():
-        out.append("arg_" + re.sub(r"\W", "_", str(key).lower()))
-        text = value if isinstance(value, str) else json.dumps(value)
-        out += _WORD.findall(normalise(clip(text, 500)))
-    return out
-
-
 def _action_words(message: ChatMessage) -> list[str]:
     out: list[str] = []
     for name, arguments in message.tool_calls:
         out.append("tool_" + re.sub(r"\W", "_", name.lower()))
-        out += _argument_words(arguments)
+        out += argument_words(arguments)
     return out[:64]
 
 
