@@ -31,10 +31,12 @@ if TYPE_CHECKING:
     import duckdb
 
     from trajlake._progress import Progress
+    from trajlake.export.groups import GroupsExportReport
     from trajlake.export.jsonl import ExportReport
     from trajlake.export.sft import SftExportReport
     from trajlake.ingest import IngestReport
     from trajlake.ingest.labels import LabelFormat, LabelReport
+    from trajlake.publish import PublishReport
     from trajlake.redact import AllowList
 
 __all__ = ["Lake", "init_lake", "open_lake"]
@@ -262,3 +264,23 @@ class Lake(LakeStore):
         from trajlake.export.sft import export_sft
 
         return export_sft(self, out, format=format, **options)
+
+    def export_groups(self, out: str, **options: Any) -> GroupsExportReport:
+        """Write BAR-balanced rollout groups with GRPO/RLOO advantages for RL or listwise
+        reranking (see `trajlake.export.groups.export_groups` for options: at, where, size,
+        max_rollouts, rho_min, rho_max, rho_target, relaxed, backfill_aborted, group_by,
+        reward, grpo_eps, grpo_ddof, val_frac, seed, shard_mb)."""
+        from trajlake.export.groups import export_groups
+
+        return export_groups(self, out, **options)
+
+    # Publishing ------------------------------------------------------------------------------
+
+    def publish(self, repo_id: str, **options: Any) -> PublishReport:
+        """Publish a snapshot (a Parquet config per table) or an export folder as the Hugging
+        Face dataset `repo_id`, private by default (see `trajlake.publish.publish` for options:
+        at, where, tables, private, license, pretty_name, from_export, dry_run, token,
+        endpoint, shard_mb)."""
+        from trajlake.publish import publish
+
+        return publish(self, repo_id, **options)

@@ -30,7 +30,7 @@ def rows(path: Path) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("fmt", ["openai", "trl", "sharegpt", "axolotl"])
 def test_rerun_is_byte_identical(credited: tl.Lake, tmp_path: Path, fmt: str) -> None:
-    kw = {"format": fmt, "credit": "r", "val_frac": 0.3, "seed": 7, "allow_untrained": True}
+    kw = {"format": fmt, "credit": "r", "val_frac": 0.3, "seed": 7}
     export_sft(credited, str(tmp_path / "a"), **kw)  # type: ignore[arg-type]
     export_sft(credited, str(tmp_path / "b"), **kw)  # type: ignore[arg-type]
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
@@ -54,7 +54,6 @@ def test_manifest_and_task_splits(credited: tl.Lake, tmp_path: Path) -> None:
         val_frac=0.3,
         seed=1,
         where="stage = 'eval'",
-        allow_untrained=True,
         at="v1",
     )
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -81,7 +80,7 @@ def test_manifest_and_task_splits(credited: tl.Lake, tmp_path: Path) -> None:
             for w in r["message_weights"]
             if w > 0  # type: ignore[attr-defined]
         )
-        assert 0 < counts["trained_turns"] < counts["turns"]
+        assert 0 < counts["trained_turns"] <= counts["turns"]
         ids = [str(r["trajectory_id"]) for r in data]
         tasks[split] = {
             str(t["task_id"])
@@ -89,25 +88,30 @@ def test_manifest_and_task_splits(credited: tl.Lake, tmp_path: Path) -> None:
             if t["trajectory_id"] in ids
         }
     assert tasks["train"] and tasks["val"] and not tasks["train"] & tasks["val"]
-    total = sum(c["trajectories"] for c in manifest["splits"].values())
+    total = sum(c["trajectories"] + sum(c["dropped"].values()) for c in manifest["splits"].values())
+    assert manifest["splits"]["train"]["dropped"]  # unresolved rollouts without a rise segment
     assert total == credited.sql("SELECT count(*) FROM trajectories").rows()[0][0]
 
 
-def test_untrained_samples_fail_unless_allowed(lake: tl.Lake, tmp_path: Path) -> None:
+def test_untrained_trajectories_are_left_out_and_counted(lake: tl.Lake, tmp_path: Path) -> None:
     lake.write(list(sample_trajectories(8)))
     # Outcome values give zero credit, so rise keeps only resolved trajectories' turns.
     run_credit(lake, estimator="outcome", mask="rise", name="flat")
-    with pytest.raises(SftSelfCheckFailed, match="no trained turn"):
-        export_sft(lake, str(tmp_path / "a"), format="openai", credit="flat", where="NOT resolved")
-    report = export_sft(
-        lake,
-        str(tmp_path / "b"),
-        format="openai",
-        credit="flat",
-        where="NOT resolved",
-        allow_untrained=True,
-    )
-    assert report.splits["train"].trained_turns == 0 and report.splits["train"].samples > 0
+    unresolved = lake.sql("SELECT count(*) FROM trajectories WHERE NOT resolved").rows()[0][0]
+    with pytest.raises(SftSelfCheckFailed, match=f"{unresolved} selected trajectories have no"):
+        export_sft(
+            lake,
+            str(tmp_path / "a"),
+            format="openai",
+            credit="flat",
+            where="NOT resolved",
+            require_trained=True,
+        )
+    assert not (tmp_path / "a").exists()
+    report = export_sft(lake, str(tmp_path / "b"), format="openai", credit="flat")
+    train = report.splits["train"]
+    assert train.dropped == {"untrained": unresolved}
+    assert train.trajectories == 8 - unresolved == len(rows(tmp_path / "b" / "train-00000.jsonl"))
 
 
 def test_unknown_run_and_bad_arguments(credited: tl.Lake, tmp_path: Path) -> None:
@@ -155,7 +159,6 @@ def test_cli(credited: tl.Lake, tmp_path: Path) -> None:
         "0.2",
         "--seed",
         "3",
-        "--allow-untrained",
     ]
     result = CliRunner().invoke(sft, [*args, "--output", "json"])
     assert result.exit_code == 0, result.output
@@ -165,9 +168,9 @@ def test_cli(credited: tl.Lake, tmp_path: Path) -> None:
     assert set(first) == {"messages", "tools", "trajectory_id"}
     text = CliRunner().invoke(sft, args)
     assert text.exit_code == 0 and "axolotl export of snapshot" in text.output
-    bad = CliRunner().invoke(sft, [*args[:-1], "--tokenizer", "x"])
+    bad = CliRunner().invoke(sft, [*args, "--tokenizer", "x"])
     assert bad.exit_code == 2 and "tokenizer" in bad.output
-    failed = CliRunner().invoke(sft, args[:-1])
+    failed = CliRunner().invoke(sft, [*args, "--require-trained", "--output", "json"])
     assert isinstance(failed.exception, SftSelfCheckFailed)
 
 
@@ -185,7 +188,6 @@ def test_tokenized(credited: tl.Lake, tmp_path: Path) -> None:
             format="tokenized",
             credit="r",
             tokenizer=str(tmp_path / "tok"),
-            allow_untrained=True,
         )
     assert report.splits["train"].samples > 0 and report.splits["train"].trained_tokens
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())

@@ -50,7 +50,7 @@ def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         credit = run_credit(lake, estimator="prefix-mc", mask="rise", name="pmc").run_name
     folders = {}
     for fmt in FORMATS:
-        export_sft(lake, str(root / fmt), format=fmt, credit=credit, allow_untrained=True)
+        export_sft(lake, str(root / fmt), format=fmt, credit=credit)
         folders[fmt] = root / fmt
     return request.param, folders, credit, lake
 

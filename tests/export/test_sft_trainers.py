@@ -121,13 +121,12 @@ def test_trl_export_runs_through_sfttrainer(
     SFTTrainer applies the chat template to `messages` with `tools`, and ignores the
     `message_weights`/`trajectory_id` side columns (kept in its dataset, never collated). Its
     loss is per token on everything (default) or on the `{% generation %}` spans
-    (`assistant_only_loss=True`, gemma-like template only): it cannot weight turns. To train on
-    exactly the credited turns, use a collator that multiplies each assistant span's labels by
-    `message_weights[i]` (spans as `trajlake.export.tokenize` finds them), or export `tokenized`.
+    (`assistant_only_loss=True`, gemma-like template only): it cannot weight turns. To train with
+    the weights, use `trajlake.weighted_sft.WeightedSFTTrainer` (tests/test_weighted_sft.py).
     """
     datasets = pytest.importorskip("datasets")
     trl = pytest.importorskip("trl")
-    export_sft(synth_lake, str(tmp_path / "trl"), format="trl", credit="pmc", allow_untrained=True)
+    export_sft(synth_lake, str(tmp_path / "trl"), format="trl", credit="pmc")
     tiny_chat_tokenizer(tmp_path / "tok", template=template)  # type: ignore[arg-type]
     tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
     files = str(tmp_path / "trl" / "train-00000.jsonl")

@@ -1,5 +1,5 @@
-"""Data commands: `ingest`, `sql`, `show` and the `export` group (jsonl here; atif and sft in their
-own modules, added to the group at the end).
+"""Data commands: `ingest`, `sql`, `show` and the `export` group (jsonl here; atif, sft and groups
+in their own modules, added to the group at the end).
 
 Anything that can refuse the command (an allow-list that does not parse, an `--out` inside the lake)
 is checked before the lake is opened or the query runs, so a refused command leaves nothing behind.
@@ -13,6 +13,7 @@ import click
 
 from trajlake._names import refuse_inside_lake
 from trajlake.cli.export_atif_cmd import atif
+from trajlake.cli.export_groups_cmd import groups
 from trajlake.cli.export_sft_cmd import sft
 from trajlake.cli.options import (
     LakeSpec,
@@ -279,3 +280,4 @@ def export_jsonl_cmd(
 
 export_group.add_command(atif)
 export_group.add_command(sft)
+export_group.add_command(groups)

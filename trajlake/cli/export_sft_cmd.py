@@ -14,6 +14,7 @@ from trajlake.cli.output import JsonOutput
 from trajlake.cli.progress import progress_for
 from trajlake.credit.masks import MASK_RULES
 from trajlake.export._sft_formats import SFT_FORMATS
+from trajlake.export._sft_select import ACTIONS
 
 
 @click.command("sft")
@@ -75,10 +76,27 @@ from trajlake.export._sft_formats import SFT_FORMATS
     help="Start a new shard after about this many MB.",
 )
 @click.option(
-    "--allow-untrained",
-    is_flag=True,
-    help="Keep samples with no trained turn instead of failing the export.",
+    "--actions",
+    type=click.Choice(ACTIONS),
+    default="native",
+    show_default=True,
+    help="Agents with text actions (mini-swe-agent, SWE-agent text-parsed): native exports the "
+    "text they emitted; tool-calls converts actions to tool calls and observations to tool "
+    "messages.",
 )
+@click.option(
+    "--require-trained",
+    is_flag=True,
+    help="Fail when a selected trajectory has no trained turn (default: leave it out, counted "
+    "in the manifest).",
+)
+@click.option(
+    "--step-loss-mask/--no-step-loss-mask",
+    default=None,
+    help="Per-message step_loss_mask (1 = train) on messages (default: on for trl and axolotl, "
+    "off for openai and sharegpt).",
+)
+@click.option("--allow-untrained", is_flag=True, hidden=True, help="Retired: the default now.")
 @output_option()
 def sft(
     out: str,
@@ -94,17 +112,24 @@ def sft(
     val_frac: float,
     seed: int,
     shard_mb: float,
+    actions: str,
+    require_trained: bool,
+    step_loss_mask: bool | None,
     allow_untrained: bool,
     output: str,
 ) -> None:
     """Write an SFT dataset to the folder OUT (a path or URL): train/val shards + manifest.json.
 
     Splits are by task, seeded; reruns with the same arguments on the same snapshot write
-    byte-identical files. The export fails if a sample has no trained turn (see
-    --allow-untrained) or its weights differ from the credit run.
+    byte-identical files. Trajectories with no trained turn are left out and counted in the
+    manifest (--require-trained fails instead); the export fails if weights differ from the
+    credit run. A failed export leaves no files; --credit may name a run computed after --at.
     """
     from trajlake.export.sft import export_sft
 
+    if allow_untrained:
+        click.echo("--allow-untrained is retired: untrained trajectories are left out and "
+                   "counted by default", err=True)  # fmt: skip
     try:
         report = export_sft(
             lake.open(),
@@ -120,7 +145,9 @@ def sft(
             val_frac=val_frac,
             seed=seed,
             shard_mb=shard_mb,
-            allow_untrained=allow_untrained,
+            actions=actions,  # type: ignore[arg-type]
+            require_trained=require_trained,
+            step_loss_mask=step_loss_mask,
             progress=progress_for("items"),
         )
     except ValueError as e:

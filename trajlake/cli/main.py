@@ -84,6 +84,7 @@ COMMANDS = {
     "serve": ("trajlake.cli.value_cmds", "serve"),
     "proxy": ("trajlake.cli.proxy_cmd", "proxy"),
     "export": ("trajlake.cli.data_cmds", "export_group"),
+    "publish": ("trajlake.cli.publish_cmd", "publish"),
     "train": ("trajlake.cli.value_cmds", "train_group"),
     "eval": ("trajlake.cli.value_cmds", "eval_group"),
 }

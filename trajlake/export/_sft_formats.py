@@ -153,6 +153,40 @@ FORMATTERS: dict[str, Callable[[SftConversation], dict[str, Any]]] = {
 }
 
 
+STEP_LOSS_MASK_DEFAULT: dict[str, bool] = {
+    "openai": False,
+    "trl": True,
+    "sharegpt": False,
+    "axolotl": True,
+}
+"""Formats that carry `step_loss_mask` unless told otherwise: not where a reader validates keys
+(OpenAI's fine-tuning API rejects unknown ones) or where the format has its own (ShareGPT)."""
+
+
+def add_step_loss_mask(format: str, row: dict[str, Any]) -> dict[str, Any]:
+    """Put `step_loss_mask` (1 = train, 0 = not: Orchard's per-message field) on each message.
+
+    Derived from the row's own weights, so it can never disagree with them.
+    """
+    if format == "sharegpt":
+        row["conversations"] = [
+            {**entry, "step_loss_mask": int(w > 0)}
+            for entry, w in zip(row["conversations"], row["weights"], strict=True)
+        ]
+        return row
+    messages = []
+    for i, m in enumerate(row["messages"]):
+        if format == "trl":
+            trained = row["message_weights"][i] > 0
+        elif format == "axolotl":
+            trained = bool(m["train"])
+        else:  # openai: only assistant messages carry a weight
+            trained = bool(m.get("weight"))
+        messages.append({**m, "step_loss_mask": int(trained)})
+    row["messages"] = messages  # new dicts: the conversation's own messages stay as they are
+    return row
+
+
 def encode_row(row: dict[str, Any]) -> str:
     """One JSONL line: insertion key order, UTF-8 as is."""
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"))

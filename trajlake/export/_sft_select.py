@@ -1,28 +1,38 @@
 """SFT selection: trajectories at a snapshot → chat conversations with per-message loss weights.
 
 Reads the lake a chunk at a time (`iter_canonical`), joins the credits of one run by
-(trajectory_id, turn) at the same snapshot, and dedupes by content hash.
+(trajectory_id, turn) at the snapshot that holds the run, and dedupes by content hash.
+
+Text actions: harnesses without structured tool calls (mini-swe-agent, SWE-agent's text-parsed
+configurations) are stored with a parsed `ToolCall` on the assistant message and the observation
+kept as the `user` message the model saw, carrying the call's `tool_call_id`. So a trajectory's
+actions are *text actions* when a main-thread `user` message answers a call and no message has
+role `tool` (native tool calling always answers with `tool` messages). `actions="native"` exports
+what such an agent emitted (its text, no tool calls); `"tool-calls"` converts: the parsed calls
+stay on the assistant messages and the answering `user` messages become `tool` messages.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from trajlake.errors import MaskRuleMismatch, NoSuchCreditRun, TrajlakeError
+from trajlake.export._sft_credit import check_run_saw, resolve_credit
 from trajlake.export.jsonl import iter_canonical
 from trajlake.query import sql
 
 if TYPE_CHECKING:
     from trajlake.lake import LakeStore, SnapshotRef
 
-logger = logging.getLogger(__name__)
-
 Split = Literal["train", "val"]
+Actions = Literal["native", "tool-calls"]
+ACTIONS: tuple[str, ...] = ("native", "tool-calls")
+DropReason = Literal["untrained", "duplicate", "no_credit_rows", "too_long"]
+"""Why a selected trajectory is not in an export (counted per split in the manifest)."""
 
 _CHUNK = 500
 
@@ -35,6 +45,7 @@ class SftConversation:
     turn's loss weight (credit run: weight if mask else 0.0, and 0.0 below `min_weight`;
     without a credit run: 1.0). `turns[i]` is the message's agent turn (None when unknown).
     `trained_tokens` sums the stored completion tokens of trained turns (None when unknown).
+    `text_actions`: the trajectory's actions were text the agent wrote (module docstring).
     """
 
     trajectory_id: str
@@ -46,6 +57,7 @@ class SftConversation:
     weights: list[float | None]
     turns: list[int | None]
     trained_tokens: int | None = None
+    text_actions: bool = False
 
     @property
     def trained_messages(self) -> int:
@@ -78,7 +90,7 @@ def credit_run_params(lake: LakeStore, run: str, *, at: SnapshotRef = None) -> d
                 lake, "SELECT DISTINCT run_name FROM credits ORDER BY run_name", at=at
             ).to_dicts()
         ]
-        available = ", ".join(names) if names else "none (compute one with `trajlake credit run`)"
+        available = ", ".join(names) if names else "none (compute one with `trajlake credit`)"
         raise NoSuchCreditRun(
             f"no credit run named {run!r} at this snapshot; available: {available}"
         )
@@ -102,7 +114,7 @@ def check_mask_rule(
     if mask is not None and mask != stored:
         raise MaskRuleMismatch(
             f"credit run {credit!r} stored masks with rule {stored!r}, not {mask!r}; drop "
-            f"--mask or compute a run with that rule (`trajlake credit run --mask {mask}`)"
+            f"--mask or compute a run with that rule (`trajlake credit --mask {mask}`)"
         )
     return stored
 
@@ -115,15 +127,36 @@ def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def to_chat_message(m: dict[str, Any]) -> dict[str, Any]:
-    """A canonical message in OpenAI chat shape (fixed key order, no lake bookkeeping)."""
-    out: dict[str, Any] = {"role": m["role"], "content": m.get("content")}
-    if m["role"] == "assistant":
+def has_text_actions(messages: Iterable[dict[str, Any]]) -> bool:
+    """Whether a trajectory's calls were parsed from text: its results are `user` messages."""
+    answered_by_user = False
+    for m in messages:
+        if m.get("thread", "main") != "main":
+            continue
+        if m["role"] == "tool":
+            return False
+        answered_by_user = answered_by_user or (m["role"] == "user" and bool(m.get("tool_call_id")))
+    return answered_by_user
+
+
+def to_chat_message(
+    m: dict[str, Any], *, text_actions: bool = False, actions: Actions = "native"
+) -> dict[str, Any]:
+    """A canonical message in OpenAI chat shape (fixed key order, no lake bookkeeping).
+
+    For a trajectory with text actions, `native` leaves out the parsed tool calls (the text holds
+    the action) and `tool-calls` turns the `user` messages answering a call into `tool` messages.
+    """
+    role = m["role"]
+    if text_actions and actions == "tool-calls" and role == "user" and m.get("tool_call_id"):
+        role = "tool"
+    out: dict[str, Any] = {"role": role, "content": m.get("content")}
+    if role == "assistant":
         if m.get("reasoning"):
             out["reasoning"] = m["reasoning"]
-        if m.get("tool_calls"):
+        if m.get("tool_calls") and not (text_actions and actions == "native"):
             out["tool_calls"] = [_tool_call(c) for c in m["tool_calls"]]
-    elif m["role"] == "tool":
+    elif role == "tool":
         out["tool_call_id"] = m.get("tool_call_id")
         out["name"] = m.get("name")
     if out["content"] is None:
@@ -132,8 +165,12 @@ def to_chat_message(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _conversation(
-    obj: dict[str, Any], turn_weights: dict[int, float] | None, min_weight: float
+    obj: dict[str, Any],
+    turn_weights: dict[int, float] | None,
+    min_weight: float,
+    actions: Actions = "native",
 ) -> SftConversation:
+    text_actions = has_text_actions(obj["messages"])
     messages: list[dict[str, Any]] = []
     weights: list[float | None] = []
     turns: list[int | None] = []
@@ -141,7 +178,7 @@ def _conversation(
     for m in obj["messages"]:
         if m.get("thread", "main") != "main":
             continue
-        messages.append(to_chat_message(m))
+        messages.append(to_chat_message(m, text_actions=text_actions, actions=actions))
         turns.append(m.get("turn"))
         if m["role"] != "assistant" or m.get("is_copied_context"):
             weights.append(None)
@@ -169,6 +206,7 @@ def _conversation(
         weights=weights,
         turns=turns,
         trained_tokens=tokens,
+        text_actions=text_actions,
     )
 
 
@@ -200,6 +238,16 @@ def _chunks(items: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         yield chunk
 
 
+def _label(lake: LakeStore, snapshot: int) -> str:
+    """How a command line names `snapshot`: its first tag, else its id."""
+    tags = sorted(t.name for t in lake.tags() if t.snapshot_id == snapshot)
+    return tags[0] if tags else str(snapshot)
+
+
+DropFn = Callable[[dict[str, Any], DropReason], None]
+"""Told about each selected trajectory left out (its canonical object and why)."""
+
+
 def select_conversations(
     lake: LakeStore,
     *,
@@ -208,6 +256,8 @@ def select_conversations(
     credit: str | None = None,
     min_weight: float = 0.0,
     dedupe: bool = True,
+    actions: Actions = "native",
+    on_drop: DropFn | None = None,
 ) -> Iterator[SftConversation]:
     """SFT conversations of the trajectories matching `where` at snapshot `at`, by id.
 
@@ -215,32 +265,38 @@ def select_conversations(
         lake: The lake.
         at: Snapshot (id, tag, timestamp); pinned once for the whole read.
         where: SQL condition on `trajectories`.
-        credit: Credit run whose weight×mask weights the assistant turns (default: all 1.0).
-            Trajectories the run has no rows for are left out (logged).
+        credit: Credit run whose weight×mask weights the assistant turns (default: all 1.0),
+            read at `at` or, when computed later, at the snapshot it was committed in (checked
+            to have read the same trajectory content: `_sft_credit`). Trajectories the run has
+            no rows for are left out (`on_drop`, reason `no_credit_rows`).
         min_weight: Turns weighted below this get weight 0.
-        dedupe: Keep only the first trajectory (by id) of each content hash.
+        dedupe: Keep only the first trajectory (by id) of each content hash (others: `on_drop`,
+            reason `duplicate`).
+        actions: `native` or `tool-calls` for trajectories with text actions (module docstring).
+        on_drop: Called with each trajectory left out and the reason.
     """
+    if actions not in ACTIONS:
+        raise ValueError(f"actions must be one of {', '.join(ACTIONS)}, got {actions!r}")
     snapshot = lake.snapshot(at).snapshot_id
-    if credit is not None:
-        credit_run_params(lake, credit, at=snapshot)
+    label = at if isinstance(at, str) and at != "latest" else _label(lake, snapshot)
+    source = resolve_credit(lake, credit, snapshot) if credit is not None else None
+    dropped = on_drop or (lambda obj, reason: None)
     seen: set[str] = set()
-    skipped = 0
     for chunk in _chunks(iter_canonical(lake, at=snapshot, where=where)):
-        weights = (
-            credit_weights(lake, credit, [o["trajectory_id"] for o in chunk], at=snapshot)
-            if credit is not None
-            else None
-        )
+        weights = None
+        if source is not None:
+            check_run_saw(lake, source, snapshot, label, chunk)
+            ids = [o["trajectory_id"] for o in chunk]
+            weights = credit_weights(lake, source.run, ids, at=source.snapshot)
         for obj in chunk:
             digest = obj.get("content_hash")
             if dedupe and digest:
                 if digest in seen:
+                    dropped(obj, "duplicate")
                     continue
                 seen.add(digest)
             turn_weights = None if weights is None else weights.get(obj["trajectory_id"])
             if weights is not None and turn_weights is None:
-                skipped += 1
+                dropped(obj, "no_credit_rows")
                 continue
-            yield _conversation(obj, turn_weights, min_weight)
-    if skipped:
-        logger.info("%d trajectories left out: credit run %r has no rows for them", skipped, credit)
+            yield _conversation(obj, turn_weights, min_weight, actions)

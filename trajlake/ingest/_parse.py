@@ -26,7 +26,7 @@ from trajlake.redact import (
     AllowList,
     Redactor,
     redact_bytes,
-    redact_row,
+    redact_rows,
     redact_text,
     redact_trajectory,
     redact_uri,
@@ -34,7 +34,13 @@ from trajlake.redact import (
 from trajlake.schema import CanonicalTrajectory, Stage
 
 log = logging.getLogger(__name__)
-_RECORDS_PER_PART = 128
+# Records are turned into Arrow a part at a time (Arrow holds a record in a fraction of the
+# memory its Python objects take), and a part's row dicts are redacted as one batch, whose
+# native scans cost a fixed few milliseconds each: a part is the records read from 4 MiB of
+# a line-record source (at most 1024), or 128 records where a source has no offsets.
+_PART_BYTES = 4 << 20
+_MOST_RECORDS_PER_PART = 1024
+_RECORDS_PER_PART_WITHOUT_OFFSETS = 128
 # Formats whose adapters settle `policy_model` themselves (`finish_model_fields` last): the
 # pass is idempotent, so this only saves repeating it. Canonical records are the lake's own
 # data, stored as they were written; every other format is settled here.
@@ -216,48 +222,78 @@ def describe(uri: str, bad: BadRecord, stamp: Stamp | None = None) -> str:
     return f"{where}: {error}"
 
 
-def _stamp_row(parsed: ParsedRow, task: ParseTask, stamp: Stamp) -> int:
-    """`_stamp` and redaction for a row dict; returns the replacements made."""
+def _stamp_row(parsed: ParsedRow, task: ParseTask, stamp: Stamp) -> None:
+    """`_stamp` for a row dict (redaction comes when its part is complete: `_Rows.take`)."""
     record = parsed.record
     if task.format not in _MODELS_SETTLED:
         finish_row_models(record)
     _stamp(cast(CanonicalTrajectory, RowFields(record)), cast(Any, parsed), task, stamp)
-    found = 0
-    if (redactor := stamp.redactor()) is not None:
-        found = redact_row(record, redactor)
-    record["n_redactions"] = record.get("n_redactions", 0) + found
-    return found
 
 
 class _Rows:
-    """`trajectories` and `messages` rows of the records parsed since the last part."""
+    """The records parsed since the last part, in order: row dicts still to redact, and the
+    `trajectories`/`messages` rows of records done (record models are redacted one by one)."""
 
-    def __init__(self) -> None:
-        self.trajectories: list[dict[str, Any]] = []
-        self.messages: list[dict[str, Any]] = []
+    def __init__(self, stamp: Stamp) -> None:
+        self._stamp = stamp
+        self._pending: list[dict[str, Any] | tuple[dict[str, Any], list[dict[str, Any]]]] = []
+        self._first_offset: int | None = None
+        self.redactions = 0
 
     def __len__(self) -> int:
-        return len(self.trajectories)
+        return len(self._pending)
+
+    def full(self, next_offset: int | None) -> bool:
+        """Whether the part is complete before the record that starts at `next_offset`."""
+        if len(self._pending) >= _MOST_RECORDS_PER_PART:
+            return True
+        if next_offset is None or self._first_offset is None:
+            return len(self._pending) >= _RECORDS_PER_PART_WITHOUT_OFFSETS
+        return next_offset - self._first_offset >= _PART_BYTES
+
+    def note_offset(self, offset: int | None) -> None:
+        """Where the record being added starts in its source (None: unknown)."""
+        if not self._pending:
+            self._first_offset = offset
+
+    def add_row(self, record: dict[str, Any]) -> None:
+        self._pending.append(record)
 
     def add(self, rows: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
-        self.trajectories.append(rows[0])
-        self.messages.extend(rows[1])
+        self._pending.append(rows)
 
     def take(self) -> dict[str, pa.Table]:
-        tables = rows_to_tables(self.trajectories, self.messages)
-        self.trajectories, self.messages = [], []
-        return tables
+        """The part's tables; its row dicts redacted first, as one batch (`redact_rows`)."""
+        self._redact_rows()
+        trajectories: list[dict[str, Any]] = []
+        messages: list[dict[str, Any]] = []
+        for item in self._pending:
+            trajectory, message_rows = dict_rows(item) if isinstance(item, dict) else item
+            trajectories.append(trajectory)
+            messages.extend(message_rows)
+        self._pending = []
+        return rows_to_tables(trajectories, messages)
+
+    def _redact_rows(self) -> None:
+        records = [item for item in self._pending if isinstance(item, dict)]
+        if self._stamp.redact:
+            batch = [(record, cast(Redactor, self._stamp.redactor())) for record in records]
+            counts = redact_rows(batch)
+        else:
+            counts = [0] * len(records)
+        for record, found in zip(records, counts, strict=True):
+            record["n_redactions"] = record.get("n_redactions", 0) + found
+        self.redactions += sum(counts)
 
 
 def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
     """Parse, stamp, redact and normalise one task's trajectories; quarantine bad records."""
-    records = _Rows()
+    records = _Rows(stamp)
     parts: list[dict[str, pa.Table]] = []
     bad_rows: list[dict[str, Any]] = []
     chunk = ParsedChunk(tables={})
     for item in _items(task, stamp.fast_path):
-        if len(records) >= _RECORDS_PER_PART:
-            # Arrow holds a record in a fraction of the memory its Python objects take.
+        if len(records) and records.full(item.offset):
             chunk.trajectories += len(records)
             parts.append(records.take())
         if isinstance(item, BadRecord):
@@ -268,9 +304,10 @@ def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
             chunk.problems.append(message)
             bad_rows.append(quarantine_row(task, item, stamp))
             continue
+        records.note_offset(item.offset)
         if isinstance(item, ParsedRow):
-            chunk.redactions += _stamp_row(item, task, stamp)
-            records.add(dict_rows(item.record))
+            _stamp_row(item, task, stamp)
+            records.add_row(item.record)
             continue
         _stamp(item.record, item, task, stamp)
         if (redactor := stamp.redactor()) is not None:
@@ -281,6 +318,7 @@ def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
     if len(records):
         chunk.trajectories += len(records)
         parts.append(records.take())
+    chunk.redactions += records.redactions
     chunk.quarantined = len(bad_rows)
     if parts:
         chunk.tables = {n: pa.concat_tables([p[n] for p in parts]) for n in parts[0]}

@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 _ADAPTER_CLASSES: dict[str, str] = {
     "canonical": "trajlake.ingest.canonical:CanonicalAdapter",
+    # Before openai-messages: an Orchard rollout is also a chat object, and ties go to the first.
+    "orchard-rl": "trajlake.ingest.orchard_rl:OrchardRlAdapter",
     "openai-messages": "trajlake.ingest.openai_messages:OpenAIMessagesAdapter",
     "swe-agent": "trajlake.ingest.swe_agent:SweAgentAdapter",
     "mini-swe-agent": "trajlake.ingest.mini_swe_agent:MiniSweAgentAdapter",

@@ -237,8 +237,7 @@ def export_variant(
         at=at,
         where="generation = 0",
         credit=variant.credit_run,
-        # Rejection and rise masks leave failed rollouts without trained turns: kept, weight 0.
-        allow_untrained=True,
+        # Rejection and rise masks leave failed rollouts without trained turns: left out, counted.
     )
     train = report.splits["train"]
     info = {

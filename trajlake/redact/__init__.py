@@ -29,7 +29,13 @@ from trajlake.redact._redactor import (
     redact_bytes,
     redact_text,
 )
-from trajlake.redact._trajectory import redact_row, redact_trajectory, row_texts, trajectory_texts
+from trajlake.redact._trajectory import (
+    redact_row,
+    redact_rows,
+    redact_trajectory,
+    row_texts,
+    trajectory_texts,
+)
 from trajlake.redact._uri import redact_uri
 
 __all__ = [
@@ -49,6 +55,7 @@ __all__ = [
     "redact_bytes",
     "redact_json",
     "redact_row",
+    "redact_rows",
     "redact_text",
     "redact_trajectory",
     "redact_uri",

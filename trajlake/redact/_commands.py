@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 
 from trajlake.redact._base import Span, at_boundary, is_placeholder, strong
 from trajlake.redact._gate import gate
+from trajlake.redact._prefilter import relaxed, unled
 from trajlake.redact._providers import DASH_RULES, hex_mix, match_rules, scanner
 
 # What a match of `find_dash_forms` needs (`_gate`): a rule's prefix, or the words of a form.
@@ -33,6 +34,21 @@ _DASH_SCAN = scanner(
     r"(?=[A-Za-z0-9_][\w\-]{9})",
     r"(?<=base64 -)|(?<=[ \t]-)(?=p[^\s\-]|[au][ \t])|(?=us\d)(?<=[0-9a-f]{32}-)"
     r"|(?=[123]: )(?<=PuTTY-User-Key-File-)|",
+)
+
+
+# What `find_dash_forms` needs somewhere in a text to find anything (a prefilter, see
+# `_prefilter`): a rule's whole pattern, or the command and its option on one line.
+DASH_PREFILTER = "|".join(
+    (
+        *dict.fromkeys(unled(relaxed(rule.pattern.pattern)) for rule in DASH_RULES),
+        r"base64 -",
+        r"mysql[^\n]*[ \t]-p",
+        r"redis-cli[^\n]*[ \t]-a[ \t]",
+        r"curl[^\n]*[ \t]-u[ \t]",
+        r"-us\d",  # a Mailchimp key's data centre, after 32 hex
+        r"PuTTY-User-Key-File-[123]: ",
+    )
 )
 
 

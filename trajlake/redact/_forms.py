@@ -40,6 +40,13 @@ _COLON_SCAN = re.compile(  # the names end in a quote or one of `eElLx`: one tes
     r"|(?<=key_id[\"']:|SESSID[\"']:)|(?<=key_id\\\":)|(?<=SESSIONID[\"']:)"
     r"|(?<=essionid[\"']:)|" + PHONE_WORD_LOOKBEHINDS + "))"
 )
+# What `find_colon_forms` needs somewhere in a text (a prefilter, see `_prefilter`): the names
+# of `_COLON_SCAN`'s lookbehinds before their `:`, a Telegram bot id, a `.pgpass` port.
+COLON_PREFILTER = (
+    r"\d:A|\d{4}:[^:\s]{1,63}:[^:\s]{1,63}:"
+    r"|(?:ookie|OOKIE|auth[\"']|auth\\\"|key_id[\"']|SESSID[\"']|key_id\\\"|SESSIONID[\"']"
+    r"|essionid[\"']|hone|HONE|obile|OBILE|hone[\"']|obile[\"']|[Tt]el|TEL|[Ff]ax|_number[\"']):"
+)
 # A `.pgpass` line, `hostname:port:database:username:password`, on a line of its own.
 _PGPASS = re.compile(
     r"([A-Za-z0-9.\-*]{1,253}):(\d{4,5}):([\w.\-*]{1,63}):([\w.\-@*]{1,63})"
@@ -169,6 +176,11 @@ _EQUALS_SCAN = re.compile(
     r"|(?<=essionid=)|(?<=session=)|(?<=\.sid=)|(?<=_session_id=)|(?<=Security-Token=))"
 )
 _PARAM_VALUE = re.compile(r"[A-Za-z0-9%+/=_.~\-]{16,4096}")
+# What `find_equals_forms` needs (a prefilter, see `_prefilter`): a name, its `=`, a value.
+EQUALS_PREFILTER = (
+    r"(?:[?&;]sig|ignature|SESSID|SESSIONID|essionid|session|\.sid|_session_id|Security-Token)="
+    r"[A-Za-z0-9%+/=_.~\-]{16}"
+)
 
 
 _TEST_DOMAIN = re.compile(

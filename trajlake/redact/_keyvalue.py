@@ -23,6 +23,7 @@ from trajlake.redact._base import (
 from trajlake.redact._commands import sshpass_password
 from trajlake.redact._context import fixture, in_path
 from trajlake.redact._gate import Gate, admits, gate, rank
+from trajlake.redact._prefilter import relaxed
 
 # Key/value forms anchored on the secret word that ends the key name: `DB_PASSWORD=...`,
 # `export GITHUB_TOKEN="..."`, `"api_key": "..."`, `password: ...`, `--token=...`. Secret words
@@ -456,6 +457,25 @@ def _rails_master_key(text: str, at: int) -> Span | None:
 _NUGET_KEY = re.compile(r"[ \t]+(oy2[a-z0-9]{43})(?![A-Za-z0-9_\-])")
 
 
+# What `find_key_values` needs somewhere in a text to find anything (a prefilter, see
+# `_prefilter`): a secret word, maybe a key prefix, then the separator of `_KV_TAIL`; or the
+# words of a positional form, a bare token, a NuGet key, a Rails master key, a `.netrc`
+# `password `, a Terraform block.
+_KV_SEPARATOR = r"\d*(?:\\?[\"'])?\]?[ \t]*[:=]"
+KV_PREFILTER = "|".join(
+    (
+        r"(?i:passphrase|password|passwd|pass|pwd|secret[_\-]?key|secret|token|credentials?"
+        r"|creds)" + _KV_SEPARATOR,
+        r"(?i:api|access|private|signing|encryption|master|session|license|account|app|client"
+        # `_KEY_PREFIX` ends in `$`, which also holds before a newline.
+        r"|consumer|auth)[_\-]?\n?(?i:key)" + _KV_SEPARATOR,
+        r"sshpass|create secret|aws configure set ",
+        r"SK[0-9a-fA-F]{32}|cio[A-Za-z0-9]{32}|oy2[a-z0-9]{43}|master\.[Kk]ey|password ",
+        r"(?i:pass|pwd|secret|token)[^\"]{0,64}\" ?\{",
+    )
+)
+
+
 def find_key_values(text: str) -> Iterator[Span]:
     done = 0  # the end of the last value read: words inside a value are no keys
     for anchor in kv_anchors(text):
@@ -525,6 +545,10 @@ _SECRET_NAME = re.compile(
     r"(?i)(?:^|[_\-.])(passphrase|password|passwd|pass|pwd|secret|token|credentials?|creds"
     r"|(?:api|access|private|secret|signing|encryption|master|session|client|auth)[_\-]?key)\d*$"
 )
+
+
+# `_ENV_ENTRY` as a prefilter (see `_prefilter`), led by its whole word.
+ENV_PREFILTER = "name" + relaxed(_ENV_ENTRY.pattern.removeprefix("me(?<=name)"))
 
 
 def find_env_entries(text: str) -> Iterator[Span]:

@@ -14,8 +14,9 @@ redaction is the number of scans, and a test for one absent character is nearly 
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import NamedTuple
 
 from trajlake.redact._base import (
@@ -29,20 +30,31 @@ from trajlake.redact._base import (
     random_run,
     unescaped_backslash,
 )
-from trajlake.redact._commands import DASH_GATE, find_dash_forms
+from trajlake.redact._commands import DASH_GATE, DASH_PREFILTER, find_dash_forms
 from trajlake.redact._context import in_code, weak
-from trajlake.redact._forms import EQUALS_GATE, find_colon_forms, find_equals_forms
+from trajlake.redact._forms import (
+    COLON_PREFILTER,
+    EQUALS_GATE,
+    EQUALS_PREFILTER,
+    find_colon_forms,
+    find_equals_forms,
+)
 from trajlake.redact._gate import Gate, admits, gate
 from trajlake.redact._keyvalue import (
+    ENV_PREFILTER,
+    KV_PREFILTER,
     NAMED_KINDS,
     VALUE_KINDS,
     find_env_entries,
     find_key_values,
 )
 from trajlake.redact._personal import find_emails, find_phones
+from trajlake.redact._prefilter import relaxed, ruled_out
 from trajlake.redact._providers import (
     PROVIDER_GATE,
+    PROVIDER_PREFILTER,
     WEBHOOK_GATE,
+    WEBHOOK_PREFILTER,
     find_google_keys,
     find_provider_tokens,
     find_webhooks,
@@ -60,6 +72,7 @@ __all__ = [
     "find_secrets",
     "is_placeholder",
     "may_hold_secrets",
+    "rule_out",
 ]
 
 
@@ -162,6 +175,16 @@ _AUTH = (
 )
 
 
+# What `_find_auth_headers` needs (a prefilter, see `_prefilter`): each pattern's whole word.
+_AUTH_PREFILTER = "|".join(
+    (
+        "earer" + relaxed(_AUTH_VALUE),
+        "EARER" + relaxed(_AUTH_VALUE),
+        "uthorization" + relaxed(_AUTH[2][0].pattern.partition("(?<=uthorization)")[2]),
+    )
+)
+
+
 def _find_auth_headers(text: str) -> Iterator[Span]:
     for pattern, lead, initial, chars in _AUTH:
         if not admits(text, chars):
@@ -225,6 +248,7 @@ class _Finder(NamedTuple):
     needs: Gate | None  # run only if the text passes this gate (`_gate`); None: always
     find: Callable[[str], Iterator[Span]]
     kinds: frozenset[str]
+    prefilter: str | None = None  # RE2: matches every text `find` finds anything in
 
 
 def _finder(
@@ -232,8 +256,11 @@ def _finder(
     needs: Gate | None,
     find: Callable[[str], Iterator[Span]],
     *kinds: str,
+    prefilter: str | None = None,
 ) -> _Finder:
-    return _Finder(priority, needs, find, frozenset(kinds))
+    # Hand-written prefilters are relaxed too: their counted repetitions become cheap ones.
+    relaxed_prefilter = None if prefilter is None else relaxed(prefilter)
+    return _Finder(priority, needs, find, frozenset(kinds), relaxed_prefilter)
 
 
 _PROVIDER_KINDS = (
@@ -249,22 +276,25 @@ _NAMED = tuple(kind for _, kind in NAMED_KINDS) + tuple(kind for _, kind in VALU
 _FINDERS = (
     _finder(0, gate("-----BEGIN PRIVATE KEY"), _find_private_keys, "private_key"),
     _finder(0, DASH_GATE, _find_dash_forms, *_PROVIDER_KINDS, "mailchimp_key", "private_key",
-            "password", "secret"),
-    _finder(0, PROVIDER_GATE, find_provider_tokens, *_PROVIDER_KINDS),
+            "password", "secret", prefilter=DASH_PREFILTER),
+    _finder(0, PROVIDER_GATE, find_provider_tokens, *_PROVIDER_KINDS,
+            prefilter=PROVIDER_PREFILTER),
     _finder(0, gate("AIza"), find_google_keys, "google_api_key"),
-    _finder(0, WEBHOOK_GATE, find_webhooks, "slack_webhook", "discord_webhook"),
+    _finder(0, WEBHOOK_GATE, find_webhooks, "slack_webhook", "discord_webhook",
+            prefilter=WEBHOOK_PREFILTER),
     _finder(0, gate(":"), find_colon_forms, "telegram_token", "docker_auth", "gcp_key_id",
-            "session_cookie", "phone"),
+            "session_cookie", "phone", prefilter=COLON_PREFILTER),
     _finder(1, gate("AKIA", "ASIA", "ATATT3"), _find_aws, "aws_key", "aws_secret",
             "atlassian_token"),
     _finder(1, gate("://@"), _find_url_passwords, "url_password"),
     _finder(1, EQUALS_GATE, find_equals_forms, "url_signature", "session_cookie",
-            "aws_session_token"),
+            "aws_session_token", prefilter=EQUALS_PREFILTER),
     _finder(2, gate("bearer", "Bearer", "BEARER", "uthorization"), _find_auth_headers,
-            "auth_header"),
+            "auth_header", prefilter=_AUTH_PREFILTER),
     _finder(2, None, find_key_values, "password", "secret", "aws_secret", "aws_session_token",
-            *_NAMED),
-    _finder(2, gate("namevalue"), find_env_entries, "password", "secret"),
+            *_NAMED, prefilter=KV_PREFILTER),
+    _finder(2, gate("namevalue"), find_env_entries, "password", "secret",
+            prefilter=ENV_PREFILTER),
     _finder(3, gate("@"), find_emails, "email"),
     _finder(3, gate("+"), find_phones, "phone"),
 )  # fmt: skip
@@ -321,27 +351,58 @@ def may_hold_secrets(text: str) -> bool:
 _SHORT = 384
 
 
-_CHOSEN: dict[frozenset[str] | None, tuple[tuple[_Finder, ...], bool]] = {}
+_CHOSEN: dict[frozenset[str] | None, tuple[tuple[tuple[int, _Finder], ...], bool]] = {}
 
 
-def _chosen(kinds: frozenset[str] | None) -> tuple[tuple[_Finder, ...], bool]:
-    """The finders of any kind in `kinds`, and whether some find other kinds too (then their
-    spans are filtered). Worked out once per set of kinds: a call per trajectory asks again."""
+def _chosen(kinds: frozenset[str] | None) -> tuple[tuple[tuple[int, _Finder], ...], bool]:
+    """The finders of any kind in `kinds` with their ids, and whether some find other kinds too
+    (then their spans are filtered). Worked out once per set of kinds: a call per trajectory
+    asks again."""
     chosen = _CHOSEN.get(kinds)
     if chosen is None:
         if len(_CHOSEN) > 64:  # callers ask for a few sets of kinds; bound it all the same
             _CHOSEN.clear()
-        finders = tuple(f for f in _FINDERS if kinds is None or f.kinds & kinds)
-        extra = kinds is not None and any(not f.kinds <= kinds for f in finders)
+        finders = tuple((i, f) for i, f in enumerate(_FINDERS) if kinds is None or f.kinds & kinds)
+        extra = kinds is not None and any(not f.kinds <= kinds for _, f in finders)
         chosen = _CHOSEN[kinds] = (finders, extra)
     return chosen
 
 
-def _candidates(text: str, kinds: frozenset[str] | None) -> list[tuple[int, Span]]:
+def rule_out(texts: Sequence[str], *, kinds: Collection[str] | None = None) -> list[frozenset[int]]:
+    """For each text, the detectors that cannot find anything in it (their prefilter misses),
+    decided for the whole batch by native scans; pass each to `find_secrets(ruled_out=...)`.
+
+    A batch of long texts (a part's joined trajectories) is what it is for: one call costs a
+    few Arrow kernel calls, however many texts.
+    """
+    return ruled_out(texts, _prefilter_groups(None if kinds is None else frozenset(kinds)))
+
+
+# Detectors whose prefilter often matches in agent text (`key = …`, `-p`) or is long get a
+# scan of their own on the texts that may hold a secret; the others share one.
+_OWN_SCAN = frozenset({"find_key_values", "_find_dash_forms", "find_provider_tokens"})
+
+
+@functools.lru_cache(maxsize=16)
+def _prefilter_groups(kinds: frozenset[str] | None) -> tuple[tuple[frozenset[int], str], ...]:
+    finders, _ = _chosen(kinds)
+    own = [(frozenset({i}), f.prefilter) for i, f in finders if f.find.__name__ in _OWN_SCAN]
+    shared = [(i, f.prefilter) for i, f in finders if f.find.__name__ not in _OWN_SCAN]
+    groups = [(ids, p) for ids, p in own if p is not None]
+    shared = [(i, p) for i, p in shared if p is not None]
+    if shared:
+        ids = frozenset(i for i, _ in shared)
+        groups.append((ids, "|".join(f"(?:{p})" for _, p in shared)))
+    return tuple(groups)
+
+
+def _candidates(
+    text: str, kinds: frozenset[str] | None, skipped: Collection[int]
+) -> list[tuple[int, Span]]:
     found: list[tuple[int, Span]] = []
     finders, extra = _chosen(kinds)
-    for f in finders:
-        if f.needs is None or admits(text, f.needs):
+    for i, f in finders:
+        if i not in skipped and (f.needs is None or admits(text, f.needs)):
             found.extend((f.priority, span) for span in f.find(text))
     if extra and found:
         assert kinds is not None
@@ -349,7 +410,9 @@ def _candidates(text: str, kinds: frozenset[str] | None) -> list[tuple[int, Span
     return found
 
 
-def find_secrets(text: str, *, kinds: Collection[str] | None = None) -> list[Span]:
+def find_secrets(
+    text: str, *, kinds: Collection[str] | None = None, ruled_out: Collection[int] = ()
+) -> list[Span]:
     """The secrets in `text`: non-overlapping spans in order; placeholders are never matched.
 
     Args:
@@ -357,11 +420,12 @@ def find_secrets(text: str, *, kinds: Collection[str] | None = None) -> list[Spa
             replaced by placeholders.
         kinds: look only for these kinds (see `KINDS`, `FAMILY`); detectors of no kind asked
             for are skipped, so a caller that keeps personal data pays nothing for it.
+        ruled_out: detectors `rule_out` found nothing for in this text: not run.
     """
     if len(text) < _SHORT and (len(text) < 6 or not GATE.search(text)):
         return []
     wanted = None if kinds is None else frozenset(kinds)
-    candidates = _candidates(text, wanted)
+    candidates = _candidates(text, wanted, ruled_out)
     if not candidates:
         return []
     taken = Intervals((m.start(), m.end()) for m in PLACEHOLDER_RE.finditer(text))

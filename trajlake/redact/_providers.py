@@ -34,6 +34,7 @@ from trajlake.redact._base import (
     random_run,
 )
 from trajlake.redact._gate import gate
+from trajlake.redact._prefilter import relaxed, unled
 
 
 def _random_body(token: str) -> bool:
@@ -274,6 +275,18 @@ def find_provider_tokens(text: str) -> Iterator[Span]:
 _GOOGLE_KEY = re.compile(r"AIza[0-9A-Za-z_\-]{35}" + _END)  # a literal of its own: fast
 
 
+# What `find_provider_tokens` needs somewhere in a text to find anything (a prefilter, see
+# `_prefilter`): the part after its leading classes of a rule's pattern, a JWT, a Discord or
+# a Terraform token.
+PROVIDER_PREFILTER = "|".join(
+    dict.fromkeys(
+        unled(relaxed(p.pattern))
+        for p in (*(r.pattern for r in _UNDERSCORE_RULES + _DOT_RULES), _JWT, _DISCORD_TOKEN,
+                  _TERRAFORM_TOKEN)
+    )
+)  # fmt: skip
+
+
 def find_google_keys(text: str) -> Iterator[Span]:
     """Google API keys (`AIza…`)."""
     for m in _GOOGLE_KEY.finditer(text):
@@ -283,10 +296,12 @@ def find_google_keys(text: str) -> Iterator[Span]:
 
 # Led by its rarest letter (`re` stops at fewer places); a hit starts 3 characters earlier.
 _HOOKS = re.compile(r"k(?<=hook)(?=s[./])")
-_SLACK_HOOK = re.compile(
-    r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/\-]{20,})"
-)
-_DISCORD_HOOK = re.compile(r"hooks/(\d{17,20}/[A-Za-z0-9_\-]{60,70})" + _END)
+_SLACK_HOOK_PATTERN = r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/\-]{20,})"
+_SLACK_HOOK = re.compile(_SLACK_HOOK_PATTERN)
+_DISCORD_HOOK_TAIL = r"(\d{17,20}/[A-Za-z0-9_\-]{60,70})"
+_DISCORD_HOOK = re.compile(r"hooks/" + _DISCORD_HOOK_TAIL + _END)
+# What `find_webhooks` needs (a prefilter, see `_prefilter`).
+WEBHOOK_PREFILTER = relaxed(_SLACK_HOOK_PATTERN) + "|api/webhooks/" + relaxed(_DISCORD_HOOK_TAIL)
 
 
 def find_webhooks(text: str) -> Iterator[Span]:

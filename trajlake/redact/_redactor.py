@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
 from trajlake.redact._allow import AllowList
@@ -25,6 +25,7 @@ from trajlake.redact._patterns import (
     Span,
     char_classes,
     find_secrets,
+    rule_out,
 )
 
 PERSONAL = "personal"
@@ -56,6 +57,31 @@ class Finding(NamedTuple):
 
 
 _SEPARATOR = "\n\0\n"
+
+
+def join_texts(texts: Sequence[str]) -> str:
+    """The fields of a trajectory as one text, the way a `Redactor` scans them."""
+    return _SEPARATOR.join(texts)
+
+
+def redact_batch(
+    batch: Sequence[tuple[Sequence[str], Redactor]],
+) -> list[tuple[list[str], int]]:
+    """`redactor.redact_texts(texts)` for each pair, with detectors ruled out for the whole
+    batch by native scans first (`rule_out`): the same results, fewer Python scans."""
+    joined = [join_texts(texts) for texts, _ in batch]
+    results = []
+    by_kinds: dict[frozenset[str], list[int]] = {}
+    for i, (_, redactor) in enumerate(batch):
+        by_kinds.setdefault(redactor.kinds, []).append(i)
+    skipped: list[frozenset[int]] = [frozenset()] * len(batch)
+    for kinds, members in by_kinds.items():
+        ruled = rule_out([joined[i] for i in members], kinds=kinds)
+        for i, out in zip(members, ruled, strict=True):
+            skipped[i] = out
+    for i, (texts, redactor) in enumerate(batch):
+        results.append(redactor.redact_texts(texts, ruled_out=skipped[i], joined=joined[i]))
+    return results
 
 
 def _propagates(value: str) -> bool:
@@ -139,19 +165,28 @@ class Redactor:
             return False
         return self._allow is None or not self._allow.allows(joined[span.start : span.end])
 
-    def _locate(self, texts: Sequence[str]) -> dict[int, list[Span]]:
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The kinds this redactor replaces."""
+        return self._kinds
+
+    def _locate(
+        self, texts: Sequence[str], ruled_out: Collection[int] = (), joined: str | None = None
+    ) -> dict[int, list[Span]]:
         """The spans to replace, in order, by index of the texts holding any; numbers every
         secret found. (Most trajectories hold none: then nothing is built per text.)"""
         # One scan over all fields joined: a trajectory has thousands of small fields, and a
         # call per field and detector would cost more than the scanning itself. The separator
         # ends a line (line-bound patterns stop there) and holds a NUL: spans holding one are
         # dropped, so no secret is pieced together from two fields.
-        joined = _SEPARATOR.join(texts)
+        if joined is None:
+            joined = join_texts(texts)
         # Detectors run only for the kinds asked for: keeping personal data costs nothing.
         # No `GATE` scan of the whole: joined fields of an agent trajectory hold some trigger
         # (a URL, an `@`, a `key`) all but always, so it would only add a pass; short texts
-        # are gated inside `find_secrets`.
-        found_spans = find_secrets(joined, kinds=self._kinds)
+        # are gated inside `find_secrets`, and batches of trajectories ruled out natively
+        # (`redact_batch`).
+        found_spans = find_secrets(joined, kinds=self._kinds, ruled_out=ruled_out)
         spans = [s for s in found_spans if self._keep(joined, s)]
         for start, end, kind in spans:
             self._placeholder(joined[start:end], kind)
@@ -166,13 +201,17 @@ class Redactor:
             found.setdefault(i, []).append(Span(start - starts[i], end - starts[i], kind))
         return found
 
-    def redact_texts(self, texts: Sequence[str]) -> tuple[list[str], int]:
+    def redact_texts(
+        self, texts: Sequence[str], *, ruled_out: Collection[int] = (), joined: str | None = None
+    ) -> tuple[list[str], int]:
         """Redact texts that belong together (the fields of one trajectory), in order.
 
         Returns the new texts (the same objects where nothing changed) and the number of
         replacements. Numbering follows the order of `texts`, then the order within a text.
+        `ruled_out` and `joined` come from `redact_batch`: detectors its native scans ruled
+        out for `join_texts(texts)`, and that joined text.
         """
-        found = self._locate(texts)
+        found = self._locate(texts, ruled_out, joined)
         out = list(texts)
         for i, text_spans in found.items():
             text = texts[i]

@@ -8,16 +8,17 @@ whichever path ingested it (`tests/ingest/test_fast_path.py` compares them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
 from trajlake.redact._json import Slot, json_slots
-from trajlake.redact._redactor import Redactor
+from trajlake.redact._redactor import Redactor, redact_batch
 from trajlake.schema import CanonicalTrajectory
 
-__all__ = ["redact_row", "redact_trajectory", "row_texts", "trajectory_texts"]
+__all__ = ["redact_row", "redact_rows", "redact_trajectory", "row_texts", "trajectory_texts"]
 
 
 def _text_slots(record: CanonicalTrajectory) -> Iterator[Slot]:
@@ -125,6 +126,27 @@ def _json_texts(value: Any, out: list[str]) -> None:
         stack.extend(reversed(children))
 
 
+_TOOLS_TEXTS: dict[bytes, list[str]] = {}
+_TOOLS_REMEMBERED = 64
+
+
+def _tools_texts(tools: Any, out: list[str]) -> None:
+    """`_json_texts` of a `tools` list. Every record of a run declares the same tools (often
+    kilobytes of schemas), so their texts are remembered by the tools' JSON."""
+    try:
+        key = orjson.dumps(tools)
+    except TypeError:  # not plain JSON (an int past 64 bits): walk it each time
+        _json_texts(tools, out)
+        return
+    texts = _TOOLS_TEXTS.get(key)
+    if texts is None:
+        if len(_TOOLS_TEXTS) >= _TOOLS_REMEMBERED:
+            _TOOLS_TEXTS.clear()
+        texts = _TOOLS_TEXTS[key] = []
+        _json_texts(tools, texts)
+    out.extend(texts)
+
+
 def row_texts(record: dict[str, Any]) -> list[str]:
     """The free texts of a row trajectory in redaction order (`_row_slots`, without slots)."""
     out: list[str] = []
@@ -145,9 +167,10 @@ def row_texts(record: dict[str, Any]) -> list[str]:
     for name in ("final_output", "exit_reason"):
         if (text := record.get(name)) is not None:
             add(text)
-    for name in ("attrs", "tools"):
-        if record.get(name):
-            _json_texts(record[name], out)
+    if record.get("attrs"):
+        _json_texts(record["attrs"], out)
+    if record.get("tools"):
+        _tools_texts(record["tools"], out)
     return out
 
 
@@ -155,6 +178,21 @@ def redact_row(record: dict[str, Any], redactor: Redactor) -> int:
     """Replace the secrets of a row trajectory in place, as `redact_trajectory` does."""
     texts = row_texts(record)
     new_texts, count = redactor.redact_texts(texts)
+    return _put_back(record, texts, new_texts, count)
+
+
+def redact_rows(batch: Sequence[tuple[dict[str, Any], Redactor]]) -> list[int]:
+    """`redact_row` for each pair, detectors ruled out for the batch at once (`redact_batch`):
+    the same rows and numbers, for a fraction of the scanning. Returns the counts."""
+    texts = [row_texts(record) for record, _ in batch]
+    results = redact_batch([(t, redactor) for t, (_, redactor) in zip(texts, batch, strict=True)])
+    return [
+        _put_back(record, old, new, count)
+        for (record, _), old, (new, count) in zip(batch, texts, results, strict=True)
+    ]
+
+
+def _put_back(record: dict[str, Any], texts: list[str], new_texts: list[str], count: int) -> int:
     if not count:  # most trajectories hold no secret: their places are never looked up
         return 0
     slots = list(_row_slots(record))
