@@ -8,15 +8,14 @@ with its loss mask.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from trajlake.export._bar import Candidate
+from trajlake.export._sft_output import ParquetShards
 from trajlake.export._sft_select import to_chat_message
 from trajlake.ingest.orchard_rl import rollout_tokens
 
@@ -47,7 +46,6 @@ GROUP_SCHEMA = pa.schema(
     ]
 )
 """One row per rollout of a kept group (see docs/rl-groups.md for each column)."""
-_ROWS_PER_GROUP = 512
 
 
 def response_chars(messages: Sequence[dict[str, Any]]) -> int:
@@ -125,55 +123,6 @@ def rollout_row(
     }
 
 
-class GroupShards:
-    """Rolling zstd Parquet shards `<split>-NNNNN.parquet` of about `limit` bytes
-    (uncompressed), with each file's size and sha256 recorded. A group never spans two
-    shards: a trainer reading one shard sees whole groups."""
-
-    def __init__(self, fs: Any, root: str, split: str, limit: int) -> None:
-        self.fs, self.root, self.split, self.limit = fs, root, split, limit
-        self.files: list[dict[str, Any]] = []
-        self._rows: list[dict[str, Any]] = []
-        self._f: Any = None
-        self._writer: pq.ParquetWriter | None = None
-        self._size = 0
-
-    def write_group(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Add the rows of one group (written in row groups of about 512 rows)."""
-        self._rows.extend(rows)
-        if len(self._rows) >= _ROWS_PER_GROUP:
-            self._flush()
-
-    def _flush(self) -> None:
-        if not self._rows:
-            return
-        if self._writer is None:
-            name = f"{self.split}-{len(self.files):05d}.parquet"
-            self._f = self.fs.open(f"{self.root}/{name}", "wb")
-            self._writer = pq.ParquetWriter(self._f, GROUP_SCHEMA, compression="zstd")
-            self.files.append({"path": name})
-        table = pa.Table.from_pylist(self._rows, schema=GROUP_SCHEMA)
-        self._writer.write_table(table)
-        self._size += table.nbytes
-        self._rows = []
-        if self._size >= self.limit:
-            self._roll()
-
-    def _roll(self) -> None:
-        if self._writer is None:
-            return
-        self._writer.close()
-        self._f.close()
-        digest = hashlib.sha256()
-        size = 0
-        with self.fs.open(f"{self.root}/{self.files[-1]['path']}", "rb") as f:
-            while block := f.read(1 << 20):
-                digest.update(block)
-                size += len(block)
-        self.files[-1].update(bytes=size, sha256=digest.hexdigest())
-        self._writer, self._f, self._size = None, None, 0
-
-    def close(self) -> None:
-        """Write what is pending and close the last shard."""
-        self._flush()
-        self._roll()
+def group_shards(fs: Any, root: str, split: str, limit: int) -> ParquetShards:
+    """The shards of one split of a groups export (`write_rows` takes one whole group)."""
+    return ParquetShards(fs, root, split, limit, schema=GROUP_SCHEMA)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import fsspec
@@ -67,10 +68,15 @@ _ROWS_PER_GROUP = 512
 
 
 class ParquetShards:
-    """Rolling zstd Parquet shards `<split>-NNNNN.parquet` of about `limit` bytes (uncompressed)."""
+    """Rolling zstd Parquet shards `<split>-NNNNN.parquet` of about `limit` bytes
+    (uncompressed), each file's size and sha256 recorded. A shard rolls only between calls of
+    `write_rows`, so rows written together (an RL group) never span two shards."""
 
-    def __init__(self, fs: Any, root: str, split: str, limit: int) -> None:
+    def __init__(
+        self, fs: Any, root: str, split: str, limit: int, schema: pa.Schema = TOKENIZED_SCHEMA
+    ) -> None:
         self.fs, self.root, self.split, self.limit = fs, root, split, limit
+        self.schema = schema
         self.files: list[dict[str, Any]] = []
         self._rows: list[dict[str, Any]] = []
         self._f: Any = None
@@ -78,7 +84,11 @@ class ParquetShards:
         self._size = 0
 
     def write_row(self, row: dict[str, Any]) -> None:
-        self._rows.append({k: row[k] for k in TOKENIZED_SCHEMA.names})
+        self.write_rows([{k: row[k] for k in self.schema.names}])
+
+    def write_rows(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Add rows (written in row groups of about 512 rows)."""
+        self._rows.extend(rows)
         if len(self._rows) >= _ROWS_PER_GROUP:
             self._flush()
 
@@ -88,9 +98,9 @@ class ParquetShards:
         if self._writer is None:
             name = f"{self.split}-{len(self.files):05d}.parquet"
             self._f = self.fs.open(f"{self.root}/{name}", "wb")
-            self._writer = pq.ParquetWriter(self._f, TOKENIZED_SCHEMA, compression="zstd")
+            self._writer = pq.ParquetWriter(self._f, self.schema, compression="zstd")
             self.files.append({"path": name})
-        table = pa.Table.from_pylist(self._rows, schema=TOKENIZED_SCHEMA)
+        table = pa.Table.from_pylist(self._rows, schema=self.schema)
         self._writer.write_table(table)
         self._size += table.nbytes
         self._rows = []
@@ -102,10 +112,13 @@ class ParquetShards:
             return
         self._writer.close()
         self._f.close()
-        path = f"{self.root}/{self.files[-1]['path']}"
-        with self.fs.open(path, "rb") as f:
-            data = f.read()
-        self.files[-1].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        digest = hashlib.sha256()
+        size = 0
+        with self.fs.open(f"{self.root}/{self.files[-1]['path']}", "rb") as f:
+            while block := f.read(1 << 20):  # a shard is never held in memory whole
+                digest.update(block)
+                size += len(block)
+        self.files[-1].update(bytes=size, sha256=digest.hexdigest())
         self._writer, self._f, self._size = None, None, 0
 
     def close(self) -> None:

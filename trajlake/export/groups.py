@@ -28,7 +28,7 @@ from trajlake.export._bar import (
     rloo_advantages,
     select_group,
 )
-from trajlake.export._group_rows import GROUP_SCHEMA, GroupShards, rollout_row
+from trajlake.export._group_rows import GROUP_SCHEMA, group_shards, rollout_row
 from trajlake.export._sft_select import Split, split_of
 from trajlake.export.jsonl import iter_canonical
 from trajlake.export.sft import _prepare_out, _record_export, _source_snapshot
@@ -369,11 +369,11 @@ def export_groups(
         progress.advance(1)
     fs, root = _prepare_out(out)
     limit = int(shard_mb * 1024 * 1024)
-    shards = {s: GroupShards(fs, root, s, limit) for s in ("train", "val")}
+    shards = {s: group_shards(fs, root, s, limit) for s in ("train", "val")}
     splits = {"train": GroupSplit(), "val": GroupSplit()}
     for batch in _row_batches(lake, snap, kept):
         for group, trajectories in batch:
-            shards[group.split].write_group(_group_rows(group, trajectories, grpo_eps, grpo_ddof))
+            shards[group.split].write_rows(_group_rows(group, trajectories, grpo_eps, grpo_ddof))
             split = splits[group.split]
             split.groups += 1
             split.rollouts += len(group.choice.members)
