@@ -145,6 +145,10 @@ class UnsafeName(TrajlakeError, ValueError):
     """A name that becomes a file or folder name (tag, model id, recipe name) is not safe."""
 
 
+class PublishError(TrajlakeError):
+    """Publishing is refused or failed (no token, visibility mismatch, inconsistent export)."""
+
+
 class OutputInsideLake(TrajlakeError, ValueError):
     """An output path lies inside the lake, where a stray file can make the lake unreadable."""
 

@@ -37,7 +37,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without trl
     raise MissingExtra(
         "trl and datasets are required for weighted SFT; install them with: "
-        "pip install 'trajlake[train]' trl datasets"
+        "pip install 'trajlake[sft]'"
     ) from e
 
 __all__ = ["WeightedCollator", "WeightedSFTTrainer", "weighted_nll_loss"]

@@ -55,6 +55,14 @@ def _looks_like_chat(obj: Any) -> bool:
     )
 
 
+# An Orchard RL rollout carries its token ids beside `messages`: the `orchard-rl` adapter's.
+_ORCHARD_KEYS = frozenset({"prompt_token_ids", "response_token_ids", "loss_mask"})
+
+
+def _orchard_shaped(obj: dict[str, Any]) -> bool:
+    return bool(_ORCHARD_KEYS & set(obj))
+
+
 def _canonical_shaped(obj: dict[str, Any]) -> bool:
     """A trajlake canonical line: canonical keys with an id or provenance, and no metadata."""
     keys = set(obj)
@@ -84,7 +92,7 @@ class OpenAIMessagesAdapter(JsonLinesAdapter):
 
     def sniff_value(self, value: Any) -> float:
         """Sure when the first line is a chat conversation that is not a canonical line."""
-        if not _looks_like_chat(value) or _canonical_shaped(value):
+        if not _looks_like_chat(value) or _canonical_shaped(value) or _orchard_shaped(value):
             return 0.0
         return 1.0 if "metadata" in value else 0.9
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from trajlake.errors import TrajlakeError
+from trajlake.errors import PublishError
 
 __all__ = [
     "MANIFEST",
@@ -31,10 +31,6 @@ __all__ = [
 MANIFEST = "manifest.json"
 CARD = "README.md"
 _REPO_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
-
-
-class PublishError(TrajlakeError):
-    """Publishing is refused or failed (no token, visibility mismatch, inconsistent export)."""
 
 
 def check_repo_id(repo_id: str) -> str:
