@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import trajlake as tl
+from tests._tiny_lm import tiny_llama
 from trajlake.credit import run_credit
 from trajlake.export.sft import export_sft
 from trajlake.synth import SynthConfig, generate
@@ -51,22 +52,8 @@ def tok(root: Path) -> Any:
 
 
 def _tiny_model(tok: Any) -> Any:
-    config = transformers.LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=8192,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        # wide enough initial weights that token losses differ, so weighting them matters
-        initializer_range=0.5,
-    )
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(config)
+    # wide enough initial weights that token losses differ, so weighting them matters
+    return tiny_llama(tok, initializer_range=0.5)
 
 
 def _args(out: Path, **overrides: Any) -> Any:

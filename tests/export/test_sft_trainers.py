@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import trajlake as tl
+from tests._tiny_lm import tiny_llama
 from trajlake.credit import run_credit
 from trajlake.export._chat_render import fast_spans, reference_spans
 from trajlake.export.sft import export_sft
@@ -91,20 +92,7 @@ def synth_lake(tmp_path_factory: pytest.TempPathFactory) -> tl.Lake:
 
 
 def _tiny_model(tok: Any) -> Any:
-    config = transformers.LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=8192,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(config)
+    return tiny_llama(tok)
 
 
 # transformers warns (FutureWarning) about its own deprecated `gradient_checkpointing` argument

@@ -11,7 +11,7 @@ from typing import cast
 
 import click
 
-from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
+from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option, shard_size_option
 from trajlake.cli.output import JsonOutput
 from trajlake.cli.progress import progress_for
 
@@ -94,15 +94,7 @@ _SHARE = click.FloatRange(0.0, 1.0)
     help="Share of groups (by their task) written to val.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split.")
-@click.option(
-    "--shard-size",
-    "shard_mb",
-    type=click.FloatRange(min=0.0, min_open=True),
-    default=100.0,
-    show_default=True,
-    metavar="MB",
-    help="Start a new shard after about this many MB (groups are never split).",
-)
+@shard_size_option("Start a new shard after about this many MB (groups are never split).")
 @output_option()
 def groups(
     out: str,

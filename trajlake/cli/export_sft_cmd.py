@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
+from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option, shard_size_option
 from trajlake.cli.output import JsonOutput
 from trajlake.cli.progress import progress_for
 from trajlake.credit.masks import MASK_RULES
@@ -66,15 +66,7 @@ from trajlake.export._sft_select import ACTIONS
     help="Share of tasks (never single trajectories) written to val.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the task split.")
-@click.option(
-    "--shard-size",
-    "shard_mb",
-    type=click.FloatRange(min=0.0, min_open=True),
-    default=100.0,
-    show_default=True,
-    metavar="MB",
-    help="Start a new shard after about this many MB.",
-)
+@shard_size_option("Start a new shard after about this many MB.")
 @click.option(
     "--actions",
     type=click.Choice(ACTIONS),

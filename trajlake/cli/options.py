@@ -143,6 +143,19 @@ def output_option(*choices: str) -> Callable[[F], F]:
     )
 
 
+def shard_size_option(help: str) -> Callable[[F], F]:
+    """`--shard-size MB` (to the `shard_mb` argument): when an export starts a new shard."""
+    return click.option(
+        "--shard-size",
+        "shard_mb",
+        type=click.FloatRange(min=0.0, min_open=True),
+        default=100.0,
+        show_default=True,
+        metavar="MB",
+        help=help,
+    )
+
+
 def make_output(kind: str) -> Output:
     """The Output for an `--output` value."""
     if kind == "json":

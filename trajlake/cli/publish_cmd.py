@@ -17,6 +17,7 @@ from trajlake.cli.options import (
     at_option,
     output_option,
     parse_storage_options,
+    shard_size_option,
 )
 from trajlake.cli.output import JsonOutput
 from trajlake.cli.progress import progress_for
@@ -99,15 +100,7 @@ def _split_tables(values: tuple[str, ...]) -> list[str] | None:
     metavar="URL",
     help="Hub URL (env HF_ENDPOINT; default https://huggingface.co).",
 )
-@click.option(
-    "--shard-size",
-    "shard_mb",
-    type=click.FloatRange(min=0.0, min_open=True),
-    default=100.0,
-    show_default=True,
-    metavar="MB",
-    help="Start a new Parquet shard after about this many MB.",
-)
+@shard_size_option("Start a new Parquet shard after about this many MB.")
 @output_option()
 def publish(
     repo_id: str,
