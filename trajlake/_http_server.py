@@ -14,7 +14,7 @@ import ipaddress
 import signal
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from trajlake._http_limits import ConnectionGuard, ServerLimits, limits_middleware
@@ -113,3 +113,35 @@ async def _wait_for_stop(stop: threading.Event | None) -> None:
         if on_main:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def running_in_background(
+    serve: Callable[..., None], what: str, *, timeout_s: float = 30.0
+) -> Iterator[str]:
+    """Run `serve(ready=..., stop=...)` (a blocking `serve_until_stopped` loop) in a daemon
+    thread; yields its base URL (`http://HOST:PORT`) once listening, and stops it when the
+    block ends. A failure to start is raised here, naming `what`."""
+    bound: dict[str, Any] = {}
+    started, stop = threading.Event(), threading.Event()
+
+    def ready(host: str, port: int) -> None:
+        bound.update(host=host, port=port)
+        started.set()
+
+    def run() -> None:
+        try:
+            serve(ready=ready, stop=stop)
+        except BaseException as e:  # surfaced to the caller below
+            bound["error"] = e
+            started.set()
+
+    thread = threading.Thread(target=run, name=f"trajlake-{what}", daemon=True)
+    thread.start()
+    try:
+        if not started.wait(timeout_s) or "error" in bound:
+            raise RuntimeError(f"the {what} did not start: {bound.get('error')}")
+        yield f"http://{bound['host']}:{bound['port']}"
+    finally:
+        stop.set()
+        thread.join(timeout_s)

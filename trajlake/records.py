@@ -200,9 +200,11 @@ def normalize_row(record: dict[str, Any]) -> dict[str, Any]:
     _fill(record, "n_messages", len(messages))
     _fill(record, "n_turns", n_turns)
     _fill(record, "n_tool_calls", n_tool_calls)
+    # Most sources give no token counts per message: one look at the keys settles all four.
+    counted = set().union(*assistant)
     for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"):
         if record.get(name) is None:
-            record[name] = _sum_or_none(m.get(name) for m in assistant)
+            record[name] = _sum_or_none(m.get(name) for m in assistant) if name in counted else None
     if record.get("total_tokens") is None and record.get("prompt_tokens") is not None:
         record["total_tokens"] = record["prompt_tokens"] + (record.get("completion_tokens") or 0)
     return record

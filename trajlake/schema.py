@@ -294,7 +294,9 @@ class ExportRecord(_Record):
     """One row of `exports`: an SFT dataset written from the lake, with its manifest."""
 
     export_id: str = Field(description="Deterministic id: sha256 of the manifest and the folder.")
-    format: str = Field(description="openai | trl | sharegpt | axolotl | tokenized.")
+    format: str = Field(
+        description="openai | trl | sharegpt | axolotl | tokenized (SFT), groups (RL groups)."
+    )
     source_snapshot: int = Field(description="Lake snapshot the trajectories were read from.")
     source_tags: list[str] | None = Field(None, description="Tags of that snapshot, if any.")
     credit_run: str | None = Field(None, description="Credit run that weighted the turns.")

@@ -8,14 +8,26 @@ than one flag each, so a new value source needs no CLI change.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from trajlake.cli.engine_options import engine_options, ray_options_of
 from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
 from trajlake.cli.output import dumps
 from trajlake.credit.masks import MASK_RULES
-from trajlake.credit.runs import AUTO_CROSSFIT, AUTO_MIN_TASKS, diagnostics, run_credit
+from trajlake.credit.runs import (
+    AUTO_CROSSFIT,
+    AUTO_MIN_TASKS,
+    CreditRunReport,
+    diagnostics,
+    run_credit,
+)
+
+if TYPE_CHECKING:
+    from trajlake.distributed import RayOptions
 
 
 def parse_source_options(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -32,6 +44,15 @@ def parse_source_options(pairs: tuple[str, ...]) -> dict[str, Any]:
         except ValueError:
             out[key.strip()] = value
     return out
+
+
+def _credit_function(options: RayOptions | None) -> Callable[..., CreditRunReport]:
+    """`run_credit`, or its Ray counterpart (Ray imported only then)."""
+    if options is None:
+        return run_credit
+    from trajlake.distributed import credit_with_ray
+
+    return partial(credit_with_ray, options=options)
 
 
 @click.command("credit")
@@ -81,6 +102,7 @@ def parse_source_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     "component_options={...} for ensemble. With auto they go to the chosen source.",
 )
 @click.option("--diagnose", is_flag=True, help="Also compute Orchard's diagnostics of the run.")
+@engine_options
 @output_option()
 def credit(
     lake: LakeSpec,
@@ -98,6 +120,8 @@ def credit(
     source_options: tuple[str, ...],
     diagnose: bool,
     output: str,
+    engine: str,
+    **ray_flags: Any,
 ) -> None:
     """Compute per-turn values, credits, advantages and masks; store them as a credit run.
 
@@ -105,10 +129,13 @@ def credit(
     (same name, snapshot and parameters) adds nothing. Query it with
     `trajlake sql "SELECT * FROM credits WHERE run_name = '...'"`. Assumptions the data
     breaks (one rollout per task, no task id, no outcome, fewer tasks than folds) are printed
-    as warnings (`warnings` in JSON).
+    as warnings (`warnings` in JSON). With `--engine ray`, an actor pool computes the run and
+    its rows are committed every `--commit-every` batches; a rerun of the same run skips what
+    is stored (docs/distributed.md lists the estimators it takes).
     """
     opened = lake.open()
-    report = run_credit(
+    compute = _credit_function(ray_options_of(engine, ray_flags))
+    report = compute(
         opened,
         estimator=estimator,
         gamma=gamma,

@@ -22,6 +22,7 @@ from trajlake.cli.options import (
     make_output,
     output_option,
     redaction_policy_options,
+    where_option,
 )
 from trajlake.cli.progress import progress_for
 from trajlake.cli.transcript import with_effective_outcome
@@ -260,12 +261,7 @@ def export_group() -> None:
 @click.argument("out", metavar="OUT")
 @lake_options
 @at_option
-@click.option(
-    "--where",
-    default=None,
-    metavar="SQL",
-    help="SQL condition on the trajectories table, e.g. \"resolved AND stage = 'eval'\".",
-)
+@where_option()
 @output_option()
 def export_jsonl_cmd(
     out: str, lake: LakeSpec, at: str | None, where: str | None, output: str

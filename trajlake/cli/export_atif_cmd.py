@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import click
 
-from trajlake.cli.options import LakeSpec, at_option, lake_options, make_output, output_option
+from trajlake.cli.options import (
+    LakeSpec,
+    at_option,
+    lake_options,
+    make_output,
+    output_option,
+    where_option,
+)
 from trajlake.cli.progress import progress_for
 
 
@@ -16,12 +23,7 @@ from trajlake.cli.progress import progress_for
 @click.argument("out", metavar="OUT")
 @lake_options
 @at_option
-@click.option(
-    "--where",
-    default=None,
-    metavar="SQL",
-    help="SQL condition on the trajectories table, e.g. \"resolved AND stage = 'eval'\".",
-)
+@where_option()
 @output_option()
 def atif(out: str, lake: LakeSpec, at: str | None, where: str | None, output: str) -> None:
     """Write Harbor ATIF v1.6 to OUT: a directory of <trajectory_id>.json files (ids unsafe as

@@ -11,7 +11,15 @@ from typing import cast
 
 import click
 
-from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option, shard_size_option
+from trajlake.cli.options import (
+    LakeSpec,
+    at_option,
+    lake_options,
+    output_option,
+    shard_size_option,
+    split_options,
+    where_option,
+)
 from trajlake.cli.output import JsonOutput
 from trajlake.cli.progress import progress_for
 
@@ -22,12 +30,7 @@ _SHARE = click.FloatRange(0.0, 1.0)
 @click.argument("out", metavar="OUT")
 @lake_options
 @at_option
-@click.option(
-    "--where",
-    default=None,
-    metavar="SQL",
-    help="SQL condition on the trajectories table, e.g. \"stage = 'rl' AND generation = 3\".",
-)
+@where_option("stage = 'rl' AND generation = 3")
 @click.option(
     "--size", type=click.IntRange(min=1), default=8, show_default=True, help="Rollouts per group."
 )
@@ -86,14 +89,7 @@ _SHARE = click.FloatRange(0.0, 1.0)
     show_default=True,
     help="Std of the GRPO advantage: 0 population, 1 sample (as TRL's GRPOTrainer).",
 )
-@click.option(
-    "--val-frac",
-    type=click.FloatRange(0.0, 1.0, max_open=True),
-    default=0.0,
-    show_default=True,
-    help="Share of groups (by their task) written to val.",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split.")
+@split_options("groups (by their task)")
 @shard_size_option("Start a new shard after about this many MB (groups are never split).")
 @output_option()
 def groups(

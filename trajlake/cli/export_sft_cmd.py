@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import click
 
-from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option, shard_size_option
+from trajlake.cli.options import (
+    LakeSpec,
+    at_option,
+    lake_options,
+    output_option,
+    shard_size_option,
+    split_options,
+    where_option,
+)
 from trajlake.cli.output import JsonOutput
 from trajlake.cli.progress import progress_for
 from trajlake.credit.masks import MASK_RULES
@@ -29,12 +37,7 @@ from trajlake.export._sft_select import ACTIONS
     help="openai (fine-tuning JSONL), trl (SFTTrainer), sharegpt (LLaMA-Factory), axolotl, "
     "tokenized (input_ids/labels/loss_weight; needs --tokenizer).",
 )
-@click.option(
-    "--where",
-    default=None,
-    metavar="SQL",
-    help="SQL condition on the trajectories table, e.g. \"resolved AND stage = 'eval'\".",
-)
+@where_option()
 @click.option(
     "--credit",
     default=None,
@@ -58,14 +61,7 @@ from trajlake.export._sft_select import ACTIONS
 @click.option(
     "--max-tokens", type=click.IntRange(min=1), default=None, help="Longest sample (tokenized)."
 )
-@click.option(
-    "--val-frac",
-    type=click.FloatRange(0.0, 1.0, max_open=True),
-    default=0.0,
-    show_default=True,
-    help="Share of tasks (never single trajectories) written to val.",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the task split.")
+@split_options("tasks (never single trajectories)")
 @shard_size_option("Start a new shard after about this many MB.")
 @click.option(
     "--actions",

@@ -83,6 +83,8 @@ COMMANDS = {
     "rerank": ("trajlake.cli.value_cmds", "rerank"),
     "serve": ("trajlake.cli.value_cmds", "serve"),
     "proxy": ("trajlake.cli.proxy_cmd", "proxy"),
+    "otlp-receiver": ("trajlake.cli.otlp_cmd", "otlp_receiver"),
+    "view": ("trajlake.cli.view_cmd", "view"),
     "export": ("trajlake.cli.data_cmds", "export_group"),
     "publish": ("trajlake.cli.publish_cmd", "publish"),
     "train": ("trajlake.cli.value_cmds", "train_group"),

@@ -129,6 +129,34 @@ at_option = click.option(
 )
 
 
+def where_option(example: str = "resolved AND stage = 'eval'") -> Callable[[F], F]:
+    """`--where SQL`: the one selection contract of the exports (a condition on `trajectories`)."""
+    return click.option(
+        "--where",
+        default=None,
+        metavar="SQL",
+        help=f'SQL condition on the trajectories table, e.g. "{example}".',
+    )
+
+
+def split_options(share_of: str) -> Callable[[F], F]:
+    """`--val-frac` and `--seed`: a validation split by task hash (`share_of`: what is split)."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--seed", type=int, default=0, show_default=True, help="Seed of the task split."
+        )(func)
+        return click.option(
+            "--val-frac",
+            type=click.FloatRange(0.0, 1.0, max_open=True),
+            default=0.0,
+            show_default=True,
+            help=f"Share of {share_of} written to val.",
+        )(func)
+
+    return decorate
+
+
 def output_option(*choices: str) -> Callable[[F], F]:
     """`--output` with the given formats (the first is the default)."""
     formats = choices or ("text", "json")

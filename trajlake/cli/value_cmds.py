@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import yaml
 
+from trajlake.cli.engine_options import engine_options, ray_options_of
 from trajlake.cli.options import LakeSpec, at_option, lake_options, output_option
 from trajlake.cli.output import dumps
 from trajlake.cli.progress import progress_for
@@ -241,9 +242,26 @@ def _floor_lines(report: dict[str, Any]) -> list[str]:
 @lake_options
 @at_option
 @WHERE_OPTION
+@engine_options
 @output_option()
-def score(model: str, lake: LakeSpec, at: str | None, where: str | None, output: str) -> None:
-    """Score trajectories with MODEL and store the scores (a new snapshot, table `scores`)."""
+def score(
+    model: str,
+    lake: LakeSpec,
+    at: str | None,
+    where: str | None,
+    output: str,
+    engine: str,
+    **ray_flags: Any,
+) -> None:
+    """Score trajectories with MODEL and store the scores (a new snapshot, table `scores`).
+
+    With `--engine ray`, an actor pool scores and the scores are committed every
+    `--commit-every` batches; a rerun skips what this model has scored.
+    """
+    options = ray_options_of(engine, ray_flags)
+    if options is not None:
+        _score_on_ray(model, lake, at, where, output, options)
+        return
     from trajlake.value.artifacts import load_model
     from trajlake.value.scoring import score_to_lake
 
@@ -253,6 +271,22 @@ def score(model: str, lake: LakeSpec, at: str | None, where: str | None, output:
         click.echo(dumps({"model_id": saved.model_id, "scored": n, "snapshot": result.snapshot_id}))
         return
     click.echo(f"scored {n} trajectories with {saved.model_id}: snapshot {result.snapshot_id}")
+
+
+def _score_on_ray(
+    model: str, lake: LakeSpec, at: str | None, where: str | None, output: str, options: Any
+) -> None:
+    from trajlake.distributed import score_with_ray
+
+    report = score_with_ray(lake.open(), model, at=at, where=where, options=options)
+    if output == "json":
+        click.echo(dumps(report.to_dict()))
+        return
+    click.echo(
+        f"scored {report.scored} trajectories with {report.model_id} on Ray "
+        f"({report.already_scored} already scored, {report.commits} commits): "
+        f"snapshot {report.snapshot}"
+    )
 
 
 @click.command("rerank")

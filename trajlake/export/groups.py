@@ -28,10 +28,10 @@ from trajlake.export._bar import (
     rloo_advantages,
     select_group,
 )
+from trajlake.export._export_record import prepare_out, record_export, source_snapshot
 from trajlake.export._group_rows import GROUP_SCHEMA, group_shards, rollout_row
 from trajlake.export._sft_select import Split, split_of
 from trajlake.export.jsonl import iter_canonical
-from trajlake.export.sft import _prepare_out, _record_export, _source_snapshot
 from trajlake.query import sql, where_ids
 
 if TYPE_CHECKING:
@@ -357,7 +357,7 @@ def export_groups(
     refuse_inside_lake(out, lake.location.uri, what="groups export folder")
     progress = progress or NullProgress()
     start = time.perf_counter()
-    snapshot = _source_snapshot(lake, at)
+    snapshot = source_snapshot(lake, at)
     snap = snapshot.snapshot_id
     counts = GroupCounts()
     progress.start("export groups", None)
@@ -367,7 +367,7 @@ def export_groups(
         if choice.dropped is None:
             kept.append(_Kept(task, choice, split_of(task.key, seed, val_frac)))
         progress.advance(1)
-    fs, root = _prepare_out(out)
+    fs, root = prepare_out(out)
     limit = int(shard_mb * 1024 * 1024)
     shards = {s: group_shards(fs, root, s, limit) for s in ("train", "val")}
     splits = {"train": GroupSplit(), "val": GroupSplit()}
@@ -415,7 +415,7 @@ def export_groups(
         f.write(
             (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
         )
-    export_id = _record_export(lake, manifest, out if "://" in out else root)
+    export_id = record_export(lake, manifest, out if "://" in out else root)
     seconds = time.perf_counter() - start
     return GroupsExportReport(
         out, snap, f"{root}/manifest.json", counts, written, seconds, export_id

@@ -9,7 +9,6 @@ split with the reason (`untrained`, `duplicate`, `no_credit_rows`, `too_long`).
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import time
@@ -18,12 +17,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import fsspec
-
 import trajlake
 from trajlake._names import refuse_inside_lake
 from trajlake._progress import NullProgress, Progress
-from trajlake.errors import NoSuchSnapshot, SftSelfCheckFailed, TrajlakeError, missing_extra
+from trajlake.errors import SftSelfCheckFailed, TrajlakeError, missing_extra
+from trajlake.export._export_record import record_export, source_snapshot
 from trajlake.export._sft_credit import CreditSource, resolve_credit
 from trajlake.export._sft_formats import (
     FORMATTERS,
@@ -32,7 +30,7 @@ from trajlake.export._sft_formats import (
     add_step_loss_mask,
     encode_row,
 )
-from trajlake.export._sft_output import SHARD_GLOB, ParquetShards, Shards, StagedFolder
+from trajlake.export._sft_output import ParquetShards, Shards, StagedFolder
 from trajlake.export._sft_select import (
     ACTIONS,
     Actions,
@@ -44,7 +42,6 @@ from trajlake.export._sft_select import (
     select_conversations,
     split_of,
 )
-from trajlake.records import rows_for_table
 
 if TYPE_CHECKING:
     from trajlake.lake import LakeStore, Snapshot, SnapshotRef
@@ -221,55 +218,6 @@ def _check_tokenized(row: dict[str, Any]) -> int:
 
 def _add(total: int | None, more: int | None) -> int | None:
     return None if total is None or more is None else total + more
-
-
-def _prepare_out(out: str) -> tuple[Any, str]:
-    fs, root = fsspec.core.url_to_fs(out)
-    root = root.rstrip("/")
-    fs.makedirs(root, exist_ok=True)
-    # Stale shards of an earlier, bigger export would otherwise sit beside the new ones.
-    for split in ("train", "val"):
-        for stale in fs.glob(f"{root}/{split}-{SHARD_GLOB}.*"):
-            fs.rm(stale)
-    return fs, root
-
-
-def _source_snapshot(lake: LakeStore, at: SnapshotRef) -> Snapshot:
-    """The snapshot read: `at`; at the head, the one before trailing export records, which
-    change no table an export reads (so exporting twice at the head writes the same files)."""
-    snap = lake.snapshot(at)
-    while at in (None, "latest") and snap.operation == "export" and snap.parent_id is not None:
-        try:
-            parent = lake.snapshot(snap.parent_id)
-        except NoSuchSnapshot:
-            break
-        if {**parent.tables, "exports": 0} != {**snap.tables, "exports": 0}:
-            break
-        snap = parent
-    return snap
-
-
-def _record_export(lake: LakeStore, manifest: dict[str, Any], uri: str) -> str:
-    """Commit the export's `exports` row (a no-op when the same export is already recorded)."""
-    identity = json.dumps({"manifest": manifest, "uri": uri}, sort_keys=True, ensure_ascii=False)
-    export_id = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    splits = manifest["splits"].items()
-    row = {
-        "export_id": export_id,
-        "format": manifest["format"],
-        "source_snapshot": manifest["snapshot"]["id"],
-        "source_tags": manifest["snapshot"]["tags"],
-        "credit_run": manifest["credit_run"],
-        "mask": manifest["mask_rule"],
-        "selection_sql": manifest["where"],
-        "uri": uri,
-        "manifest": manifest,
-        "counts": {s: {k: v for k, v in c.items() if k != "files"} for s, c in splits},
-        "created_at": dt.datetime.now(dt.UTC),
-    }
-    summary = {"export_id": export_id, "format": manifest["format"]}
-    lake.commit({"exports": rows_for_table("exports", [row])}, operation="export", summary=summary)
-    return export_id
 
 
 @dataclass(frozen=True)
@@ -541,7 +489,7 @@ def export_sft(
     refuse_inside_lake(out, lake.location.uri, what="SFT export folder")
     progress = progress or NullProgress()
     start = time.perf_counter()
-    snapshot = _source_snapshot(lake, at)
+    snapshot = source_snapshot(lake, at)
     snap = snapshot.snapshot_id
     source = resolve_credit(lake, credit, snap) if credit is not None else None
     mask_rule = check_mask_rule(lake, credit, mask, at=snap if source is None else source.snapshot)
@@ -577,7 +525,7 @@ def export_sft(
         staged.discard()
         raise
     root = staged.target
-    export_id = _record_export(lake, manifest, out if "://" in out else root)
+    export_id = record_export(lake, manifest, out if "://" in out else root)
     seconds = time.perf_counter() - start
     return SftExportReport(
         out,

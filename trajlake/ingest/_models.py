@@ -17,6 +17,7 @@ tokens, then first used). Every model and its message count is listed in `attrs.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from typing import Any
@@ -69,6 +70,12 @@ def normalize_model(name: str | None) -> str | None:
     """The normal form of a model name (see module doc); None for no name or a placeholder."""
     if not isinstance(name, str):
         return None
+    return _normal_form(name)
+
+
+# A run names a handful of models, asked for once per trajectory and message: remembered.
+@functools.lru_cache(maxsize=4096)
+def _normal_form(name: str) -> str | None:
     text = name.strip().lstrip("@").strip("/")
     if text.lower() in _NOT_A_MODEL:
         return None

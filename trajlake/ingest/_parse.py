@@ -26,6 +26,7 @@ from trajlake.redact import (
     AllowList,
     Redactor,
     redact_bytes,
+    redact_calls,
     redact_rows,
     redact_text,
     redact_trajectory,
@@ -291,6 +292,7 @@ def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
     records = _Rows(stamp)
     parts: list[dict[str, pa.Table]] = []
     bad_rows: list[dict[str, Any]] = []
+    call_rows: list[dict[str, Any]] = []
     chunk = ParsedChunk(tables={})
     for item in _items(task, stamp.fast_path):
         if len(records) and records.full(item.offset):
@@ -312,9 +314,11 @@ def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
         _stamp(item.record, item, task, stamp)
         if (redactor := stamp.redactor()) is not None:
             found = redact_trajectory(item.record, redactor)
+            found += redact_calls(item.calls or [], redactor)  # one numbering per trajectory
             item.record.n_redactions += found
             chunk.redactions += found
         records.add(record_rows(item.record))
+        call_rows.extend(item.calls or ())
     if len(records):
         chunk.trajectories += len(records)
         parts.append(records.take())
@@ -324,4 +328,6 @@ def parse_task(task: ParseTask, stamp: Stamp) -> ParsedChunk:
         chunk.tables = {n: pa.concat_tables([p[n] for p in parts]) for n in parts[0]}
     if bad_rows:
         chunk.tables["quarantine"] = rows_for_table("quarantine", bad_rows)
+    if call_rows:
+        chunk.tables["calls"] = rows_for_table("calls", call_rows)
     return chunk

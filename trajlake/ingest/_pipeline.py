@@ -193,12 +193,13 @@ class _Committer:
         count = _whole_ids(trajectories.column("trajectory_id"), count)
         batch = {"trajectories": trajectories.slice(0, count), **tables}
         self.pending = {"trajectories": [trajectories.slice(count)]}
-        messages = tables.get("messages")
-        if messages is not None:
-            ids = batch["trajectories"].column("trajectory_id")
-            mine = pc.is_in(messages.column("trajectory_id"), value_set=ids)
-            batch["messages"] = messages.filter(mine)
-            self.pending["messages"] = [messages.filter(pc.invert(mine))]
+        for name in ("messages", "calls"):  # rows that follow their trajectories
+            rows = tables.get(name)
+            if rows is not None:
+                ids = batch["trajectories"].column("trajectory_id")
+                mine = pc.is_in(rows.column("trajectory_id"), value_set=ids)
+                batch[name] = rows.filter(mine)
+                self.pending[name] = [rows.filter(pc.invert(mine))]
         self.trajectories -= batch["trajectories"].num_rows
         return batch
 

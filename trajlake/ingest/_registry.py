@@ -39,6 +39,7 @@ _ADAPTER_CLASSES: dict[str, str] = {
     "aider": "trajlake.ingest.aider:AiderAdapter",
     "tau2-bench": "trajlake.ingest.tau2_bench:Tau2BenchAdapter",
     "llm-proxy": "trajlake.ingest.llm_proxy:LlmProxyAdapter",
+    "otlp": "trajlake.ingest.otlp:OtlpAdapter",
 }
 """Format name → adapter class (module:Class); one module per source format."""
 
@@ -64,12 +65,16 @@ _SKIP_KINDS: tuple[tuple[tuple[str, ...], str], ...] = (
 @functools.cache
 def adapters() -> dict[str, Adapter]:
     """Format name → adapter instance, for `--format` and detection."""
-    found: dict[str, Adapter] = {}
-    for name, target in _ADAPTER_CLASSES.items():
-        module_name, class_name = target.split(":")
-        module = importlib.import_module(module_name)
-        found[name] = getattr(module, class_name)()
-    return found
+    return {name: _adapter(name) for name in _ADAPTER_CLASSES}
+
+
+@functools.cache
+def _adapter(name: str) -> Adapter:
+    """One adapter instance, its module imported on first use (a parsing worker imports only
+    the format it reads: all of them would cost each worker a sixth of a second)."""
+    module_name, class_name = _ADAPTER_CLASSES[name].split(":")
+    adapter: Adapter = getattr(importlib.import_module(module_name), class_name)()
+    return adapter
 
 
 def format_names() -> list[str]:
@@ -79,11 +84,10 @@ def format_names() -> list[str]:
 
 def get_adapter(name: str) -> Adapter:
     """The adapter of a format name (ValueError listing the choices when unknown)."""
-    try:
-        return adapters()[name]
-    except KeyError:
+    if name not in _ADAPTER_CLASSES:
         choices = ", ".join(format_names())
-        raise ValueError(f"unknown format {name!r}; choose one of: auto, {choices}") from None
+        raise ValueError(f"unknown format {name!r}; choose one of: auto, {choices}")
+    return _adapter(name)
 
 
 @dataclass(frozen=True)

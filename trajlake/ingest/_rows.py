@@ -176,11 +176,13 @@ def _plain_message(m: Any) -> bool:
     return True
 
 
-def plain_chat_record(record: dict[str, Any]) -> bool:
+def plain_chat_record(record: dict[str, Any], *, messages_plain: bool = False) -> bool:
     """Whether a mapped chat record is one the record types accept exactly as it is.
 
     True only for the shapes the chat mapping writes with every value already of its
     field's type (no coercion, no content parts): such a record needs no validation.
+    `messages_plain`: its messages are known to be of that shape (built by a mapping that
+    only writes it), so only the trajectory's own fields are checked.
     """
     for key, value in record.items():
         kind = _PLAIN_TRAJECTORY_TYPES.get(key)
@@ -193,4 +195,6 @@ def plain_chat_record(record: dict[str, Any]) -> bool:
     if tools is not None and not all(type(t) is dict for t in tools):
         return False
     messages = record.get("messages")
-    return isinstance(messages, list) and all(_plain_message(m) for m in messages)
+    if not isinstance(messages, list):
+        return False
+    return messages_plain or all(_plain_message(m) for m in messages)

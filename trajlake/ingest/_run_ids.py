@@ -21,6 +21,7 @@ EXPLICIT_ID_FORMATS = frozenset({"canonical"})
 _ID_COLUMNS = {
     "trajectories": ("trajectory_id", "parent_trajectory_id"),
     "messages": ("trajectory_id",),
+    "calls": ("trajectory_id",),
 }
 
 

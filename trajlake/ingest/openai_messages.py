@@ -111,13 +111,14 @@ class OpenAIMessagesAdapter(JsonLinesAdapter):
             if isinstance(value, BadRecord):
                 yield value
                 continue
+            plain = _plain_messages(value)
             try:
-                record = _record(value)
+                record = _record(value, plain)
             except (ValueError, TypeError) as e:
                 kept, size = bounded(raw)
                 yield BadRecord(str(e), line, offset, None, kept, size)
                 continue
-            if plain_chat_record(record):
+            if plain_chat_record(record, messages_plain=plain is not None):
                 yield ParsedRow(record, line=line, offset=offset)
             else:
                 yield to_parsed(record, line=line, offset=offset, raw=raw)
@@ -171,16 +172,91 @@ def _attach_images(messages: list[dict[str, Any]], images: Any) -> None:
     target["parts"] = [*(target.get("parts") or prefix), *parts]
 
 
-def _record(obj: Any) -> dict[str, Any]:
+_PLAIN_ROLES = frozenset({"system", "user", "assistant", "tool"})
+_PLAIN_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+
+
+def _plain_messages(obj: Any) -> list[dict[str, Any]] | None:
+    """The messages `chat_message` and `name_tool_results` make of a line, built in one pass,
+    when every message has the shape most chat dumps hold and the row path stores as it is;
+    None otherwise (the general mapping and the shape check then decide).
+
+    That shape: one of the four roles, text or no content, a text `tool_call_id`, calls of
+    the form `{id, type, function: {name, arguments}}` with text values, and no images to
+    attach. `tests/ingest/test_plain_messages.py` holds it to the general mapping.
+    """
+    if type(obj) is not dict or type(obj.get("messages")) is not list:
+        return None
+    images = obj.get("images")
+    if isinstance(images, list) and images:
+        return None
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # call id → tool name, for the results that do not say it
+    for m in obj["messages"]:
+        if type(m) is not dict or not m.keys() <= _PLAIN_MESSAGE_KEYS:
+            return None
+        role, content, call_id = m.get("role"), m.get("content"), m.get("tool_call_id")
+        if type(role) is not str or role not in _PLAIN_ROLES:
+            return None
+        if (content is not None and type(content) is not str) or (
+            call_id is not None and type(call_id) is not str
+        ):
+            return None
+        row: dict[str, Any] = {"role": role}
+        if content is not None:
+            row["content"] = content
+        if calls := m.get("tool_calls"):
+            mapped = _plain_calls(calls, names)
+            if mapped is None:
+                return None
+            row["tool_calls"] = mapped
+        if call_id is not None:
+            row["tool_call_id"] = call_id
+        name = m.get("name")
+        if isinstance(name, str):
+            row["name"] = name
+        elif role == "tool" and call_id in names:
+            row["name"] = names[call_id]
+        out.append(row)
+    return out
+
+
+def _plain_calls(calls: Any, names: dict[str, str]) -> list[dict[str, Any]] | None:
+    """`chat_tool_call` of each call of the plain shape (their names noted by id), or None."""
+    if type(calls) is not list:
+        return None
+    mapped = []
+    for call in calls:
+        function = call.get("function") if type(call) is dict else None
+        if type(function) is not dict:
+            return None
+        call_id, kind = call.get("id"), call.get("type")
+        name, arguments = function.get("name"), function.get("arguments")
+        if type(name) is not str or not all(
+            v is None or type(v) is str for v in (call_id, kind, arguments)
+        ):
+            return None
+        row = {"id": call_id, "name": name, "arguments": arguments, "type": kind}
+        mapped.append({k: v for k, v in row.items() if v is not None})
+        if call_id is not None:
+            names[call_id] = name
+    return mapped
+
+
+def _record(obj: Any, plain: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The trajectory dict of one line (`plain`: its messages already mapped)."""
     if not isinstance(obj, dict):
         raise TypeError(f"expected a JSON object, got {type(obj).__name__}")
     if not isinstance(obj.get("messages"), list):
         raise ValueError("field 'messages': expected a list of chat messages")
     metadata = _decoded(obj, "metadata", dict) or {}
     tools = _decoded(obj, "tools", list)
-    messages = [chat_message(m) for m in obj["messages"]]
-    name_tool_results(messages)
-    _attach_images(messages, obj.get("images"))
+    if plain is not None:
+        messages = plain
+    else:
+        messages = [chat_message(m) for m in obj["messages"]]
+        name_tool_results(messages)
+        _attach_images(messages, obj.get("images"))
     top = {k: v for k, v in obj.items() if k not in _LINE_KEYS}
     outcome = _outcome(metadata, top)
     task_id = first_str(metadata.get(k) for k in _TASK_KEYS) or first_str(

@@ -354,6 +354,16 @@ def _gen1(
                 note=f"generation 1: {policy.name} on held-out tasks, best-of-N by the value model",
             )
         )
+        # The value model's scores of the candidates, stored as `trajlake score` stores them
+        # (after the gen-1 tag): `trajlake view` shows each task's candidates with the scores
+        # and ranks best-of-N picked by (the same scores as `attrs.best_of_n`).
+        from trajlake.value.artifacts import load_model
+        from trajlake.value.scoring import score_to_lake
+
+        stored, n = score_to_lake(
+            lake, load_model(trained.directory), at="gen-1", where="t.generation = 1"
+        )
+        info.update(scored=n, scores_snapshot=stored.snapshot_id)
 
 
 def _evaluate(

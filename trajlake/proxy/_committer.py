@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from trajlake.proxy.spool import Spool, SpooledJSON, SpoolError, body_files, finish_event
 from trajlake.records import rows_for_table, trajectories_to_tables
-from trajlake.redact import Redactor, redact_trajectory
+from trajlake.redact import Redactor, redact_calls, redact_trajectory
 from trajlake.schema import CanonicalTrajectory
 
 if TYPE_CHECKING:
@@ -118,36 +118,6 @@ def _recorded_call(record: Mapping[str, Any]) -> RecordedCall:
     )
 
 
-def _strings(value: Any, out: list[tuple[Any, Any]]) -> None:
-    """Collect every (container, key) holding a string inside a JSON-like value."""
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in items:
-        if isinstance(item, str):
-            out.append((value, key))
-        elif isinstance(item, (dict, list)):
-            _strings(item, out)
-
-
-def _redact_rows(rows: list[dict[str, Any]], redactor: Redactor) -> int:
-    """Redact the free text of calls rows in place (request, input, response, error)."""
-    slots: list[tuple[Any, Any]] = []
-    for row in rows:
-        for key in ("request_params", "new_input", "response", "error"):
-            value = row.get(key)
-            if isinstance(value, str):
-                slots.append((row, key))
-            elif isinstance(value, (dict, list)):
-                _strings(value, slots)
-    if not slots:
-        return 0
-    texts = [holder[key] for holder, key in slots]
-    new_texts, count = redactor.redact_texts(texts)
-    for (holder, key), old, new in zip(slots, texts, new_texts, strict=True):
-        if new is not old:
-            holder[key] = new
-    return count
-
-
 def build_rollout(item: FinishedRollout) -> tuple[CanonicalTrajectory, list[dict[str, Any]]]:
     """Reconstruct a finished rollout and redact it: the trajectory and its calls rows."""
     from trajlake.proxy.reconstruct import RolloutMeta, reconstruct
@@ -170,7 +140,7 @@ def build_rollout(item: FinishedRollout) -> tuple[CanonicalTrajectory, list[dict
     # One per rollout: messages and calls share placeholder numbers with the spooled calls.
     redactor = item.redactor or Redactor()
     found = item.redactions + redact_trajectory(trajectory, redactor)
-    found += _redact_rows(rows, redactor)
+    found += redact_calls(rows, redactor)
     trajectory.n_redactions += found
     return trajectory, rows
 

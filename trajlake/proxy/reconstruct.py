@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from trajlake.proxy.dialects import CallInput, CallOutput, Dialect
-from trajlake.records import normalise_json_text, normalize
+from trajlake.records import normalize
 from trajlake.schema import Call, CanonicalTrajectory, Status
+from trajlake.wire.threads import Placement, Threads, message_key
 from trajlake.wire.values import as_bool, as_number, drop_none, map_status
 
 __all__ = ["HARNESS", "SOURCE_FORMAT", "RecordedCall", "RolloutMeta", "reconstruct"]
@@ -26,7 +27,6 @@ SOURCE_FORMAT = "proxy"
 """`source_format` of trajectories the proxy recorded."""
 
 _STATUSES: frozenset[str] = frozenset(get_args(Status))
-_Key = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -92,57 +92,28 @@ class RolloutMeta:
 
 
 @dataclass
-class _Threads:
-    """Message threads built so far: their comparison keys and the message rows."""
+class _RolloutThreads(Threads):
+    """The rollout's threads, and where each began (`attrs.proxy.thread_starts`)."""
 
-    trajectory_id: str
-    keys: dict[str, list[_Key]] = field(default_factory=dict)
-    seen: set[_Key] = field(default_factory=set)
-    messages: list[dict[str, Any]] = field(default_factory=list)
     starts: list[dict[str, Any]] = field(default_factory=list)
 
-    def match(self, keys: list[_Key]) -> tuple[str, int] | None:
-        """The thread whose messages the input starts with (the longest; ties: the latest)."""
-        best: tuple[str, int] | None = None
-        for name in reversed(list(self.keys)):
-            thread = self.keys[name]
-            if keys[: len(thread)] == thread and (best is None or len(thread) > best[1]):
-                best = (name, len(thread))
-        return best
 
-    def place(self, call: RecordedCall, inp: CallInput, out: CallOutput) -> tuple[str, int]:
-        """Append the call's new input and its output; return (thread, history prefix)."""
-        keys = [_key(m) for m in inp.messages]
-        found = self.match(keys)
-        if found is None:
-            name = "main" if not self.keys else f"t{len(self.keys)}"
-            prefix = 0
-            self.keys[name] = []
-            n_copied = sum(1 for k in keys if k in self.seen)
-            self.starts.append({"thread": name, "seq": call.seq, "copied_messages": n_copied})
-        else:
-            name, prefix = found
-        ended = _ended(call)
-        for message, key in zip(inp.messages[prefix:], keys[prefix:], strict=True):
-            copied = found is None and key in self.seen
-            extra = {"timestamp": call.started_at, "is_copied_context": copied}
-            self._append(name, message, key, extra)
-        for i, message in enumerate(out.messages):
-            extra = _produced(call, out, last=i == len(out.messages) - 1) | {"timestamp": ended}
-            self._append(name, message, _key(message), extra)
-        return name, prefix
-
-    def _append(
-        self, thread: str, message: Mapping[str, Any], key: _Key, extra: dict[str, Any]
-    ) -> None:
-        extra = drop_none(extra)
-        call_id = extra.pop("call_id", None)
-        row = {**message, **extra, "thread": thread, "idx": len(self.keys[thread])}
-        if call_id is not None:  # joins an output message to its `calls` row
-            row["attrs"] = {**(message.get("attrs") or {}), "call_id": call_id}
-        self.messages.append({"trajectory_id": self.trajectory_id, **row})
-        self.keys[thread].append(key)
-        self.seen.add(key)
+def _place(
+    threads: _RolloutThreads, call: RecordedCall, inp: CallInput, out: CallOutput
+) -> Placement:
+    """Lay the call's new input and its output into `threads`, noting a thread it opens."""
+    placed = threads.place(
+        inp.messages,
+        out.messages,
+        input_fields={"timestamp": call.started_at},
+        output_fields=_produced(call, out) | {"timestamp": _ended(call)},
+        last_output_fields=_usage(out),
+        call_id=call.call_id,
+    )
+    if placed.opened:
+        start = {"thread": placed.thread, "seq": call.seq, "copied_messages": placed.copied}
+        threads.starts.append(start)
+    return placed
 
 
 def reconstruct(
@@ -166,7 +137,7 @@ def reconstruct(
         `schema.Call` row dict per call.
     """
     ordered = sorted(calls, key=lambda c: (c.seq, c.started_at))
-    threads = _Threads(meta.rollout_id)
+    threads = _RolloutThreads()
     by_response: dict[str, list[dict[str, Any]]] = {}
     rows = []
     for call in ordered:
@@ -175,11 +146,12 @@ def reconstruct(
         inp = _with_stored_history(call.input, by_response)
         new_input = inp.messages if inp is not None else None
         if inp is not None and call.output is not None:
-            thread, prefix = threads.place(call, inp, call.output)
+            placed = _place(threads, call, inp, call.output)
+            thread, prefix = placed.thread, placed.prefix
             if call.output.response_id:
                 by_response[call.output.response_id] = [*inp.messages, *call.output.messages]
         elif inp is not None:  # failed: say what it would have extended, add nothing
-            found = threads.match([_key(m) for m in inp.messages])
+            found = threads.match([message_key(m) for m in inp.messages])
             if found is not None:
                 thread, prefix = found
         if new_input is not None and prefix is not None:
@@ -200,20 +172,10 @@ def _with_stored_history(
         return inp
     history = by_response[previous]
     new = inp.messages
-    if new and history and new[0].get("role") == "system" and _key(new[0]) == _key(history[0]):
+    same = message_key(new[0]) == message_key(history[0]) if new and history else False
+    if same and new[0].get("role") == "system":
         new = new[1:]
     return dataclasses.replace(inp, messages=[*history, *new])
-
-
-def _key(message: Mapping[str, Any]) -> _Key:
-    """What must agree for two messages to be the same: harnesses reformat the rest."""
-    calls = tuple(
-        (c.get("id"), c.get("name"), normalise_json_text(c.get("arguments")))
-        for c in message.get("tool_calls") or ()
-    )
-    content = message.get("content")
-    text = content.strip() if isinstance(content, str) else ""
-    return (message.get("role"), text, calls, message.get("tool_call_id"))
 
 
 def _ended(call: RecordedCall) -> dt.datetime:
@@ -222,23 +184,24 @@ def _ended(call: RecordedCall) -> dt.datetime:
     return call.started_at + dt.timedelta(milliseconds=call.latency_ms)
 
 
-def _produced(call: RecordedCall, out: CallOutput, *, last: bool) -> dict[str, Any]:
-    """Fields of an output message; usage and tokens go on the call's last message."""
-    fields: dict[str, Any] = {
+def _produced(call: RecordedCall, out: CallOutput) -> dict[str, Any]:
+    """Fields of each output message of a call."""
+    return {
         "model": out.model or (call.input.model if call.input else None),
         "finish_reason": out.finish_reason,
-        "call_id": call.call_id,
     }
-    if last:
-        fields |= {
-            "prompt_tokens": out.prompt_tokens,
-            "completion_tokens": out.completion_tokens,
-            "cached_tokens": out.cached_tokens,
-            "reasoning_tokens": out.reasoning_tokens,
-            "token_ids": out.token_ids,
-            "logprobs": out.logprobs,
-        }
-    return drop_none(fields)
+
+
+def _usage(out: CallOutput) -> dict[str, Any]:
+    """Fields of a call's last output message only: its usage and tokens, counted once."""
+    return {
+        "prompt_tokens": out.prompt_tokens,
+        "completion_tokens": out.completion_tokens,
+        "cached_tokens": out.cached_tokens,
+        "reasoning_tokens": out.reasoning_tokens,
+        "token_ids": out.token_ids,
+        "logprobs": out.logprobs,
+    }
 
 
 def _call_row(
@@ -315,7 +278,7 @@ def _sum(values: Sequence[int | None]) -> int | None:
 
 
 def _trajectory(
-    meta: RolloutMeta, calls: Sequence[RecordedCall], threads: _Threads
+    meta: RolloutMeta, calls: Sequence[RecordedCall], threads: _RolloutThreads
 ) -> dict[str, Any]:
     outputs = [c.output for c in calls if c.output is not None]
     models = Counter(o.model for o in outputs if o.model)

@@ -31,7 +31,15 @@ try:
 except ImportError:  # Windows: `_WriterLock` takes a lock file beside each spool file instead
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Replay", "ReplayedRollout", "Spool", "SpoolError", "SpooledJSON", "replay"]
+__all__ = [
+    "Replay",
+    "ReplayedRollout",
+    "Spool",
+    "SpoolError",
+    "SpooledJSON",
+    "batch_event",
+    "replay",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +70,14 @@ class ReplayedRollout:
     """Why the proxy itself finished the rollout (idle), if it did."""
     requests: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Request events of calls with no answer spooled (in flight when the writer died)."""
+    batch: str | None = None
+    """The commit the writer had assigned the rollout to before it died (`batch_event`)."""
 
     def records(self) -> list[dict[str, Any]]:
         """The events to write again so this rollout survives the old files' removal."""
         out: list[dict[str, Any]] = sorted(self.calls.values(), key=lambda c: c.get("seq", 0))
+        if self.batch is not None:
+            out.append(batch_event(self.rollout_id, self.batch))
         if self.outcome is not None:
             out.append({"kind": "outcome", "rollout_id": self.rollout_id, "outcome": self.outcome})
         if self.finished:
@@ -79,6 +91,12 @@ def finish_event(rollout_id: str, status: str | None, closed: str | None) -> dic
     if closed is not None:
         event["closed"] = closed
     return event
+
+
+def batch_event(rollout_id: str, batch: str) -> dict[str, Any]:
+    """The spool event that assigns a rollout to a named commit before it is made: a writer
+    killed between the commit and its `committed` mark leaves the name for replay to reuse."""
+    return {"kind": "batch", "rollout_id": rollout_id, "batch": batch}
 
 
 def _private_directory(directory: Path) -> None:
@@ -494,6 +512,8 @@ def _apply(rollouts: dict[str, ReplayedRollout], committed: set[str], e: dict[st
     elif kind == "finish":
         rollout.finished, rollout.status = True, e.get("status")
         rollout.closed = e.get("closed")
+    elif kind == "batch" and isinstance(e.get("batch"), str):
+        rollout.batch = e["batch"]
 
 
 class Replay(NamedTuple):

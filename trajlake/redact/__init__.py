@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from trajlake.redact._allow import AllowList, as_allow_list
 from trajlake.redact._evaluate import evaluate
-from trajlake.redact._json import json_slots, redact_json
+from trajlake.redact._json import json_slots, redact_calls, redact_json
 from trajlake.redact._patterns import FAMILY, KINDS, PLACEHOLDER_RE, find_secrets
 from trajlake.redact._redactor import (
     PERSONAL_KINDS,
@@ -53,6 +53,7 @@ __all__ = [
     "json_slots",
     "placeholder",
     "redact_bytes",
+    "redact_calls",
     "redact_json",
     "redact_row",
     "redact_rows",

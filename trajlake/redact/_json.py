@@ -1,5 +1,5 @@
 """Redacting JSON-like values (dicts and lists, nested): proxy request and response bodies,
-label payloads, trajectory `attrs` and `tools`.
+label payloads, trajectory `attrs` and `tools`, and the `calls` rows of a trajectory.
 
 `json_slots` fixes the order strings are visited in (depth first), which is the order
 placeholders are numbered in; the trajectory walkers use it for their JSON fields too.
@@ -7,15 +7,18 @@ placeholders are numbered in; the trajectory walkers use it for their JSON field
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from trajlake.redact._redactor import Redactor
 
-__all__ = ["Slot", "json_slots", "redact_json"]
+__all__ = ["CALL_TEXT_FIELDS", "Slot", "json_slots", "redact_calls", "redact_json"]
 
 # A slot is a place that holds a string: (model, attribute name), (dict, key) or (list, index).
 Slot = tuple[Any, Any]
+
+CALL_TEXT_FIELDS = ("request_params", "new_input", "response", "error")
+"""The fields of a `calls` row that hold free text (verbatim request, input, response, error)."""
 
 
 def json_slots(value: Any) -> Iterator[Slot]:
@@ -78,3 +81,28 @@ def redact_json(
         if new is not old:
             h[k] = new
     return (holder[0] if isinstance(value, str) else holder), count
+
+
+def redact_calls(rows: Iterable[Mapping[str, Any]], redactor: Redactor) -> int:
+    """Replace the secrets of `calls` rows in place; returns the number of replacements.
+
+    Every string of each row's `CALL_TEXT_FIELDS`, row by row, in `json_slots` order. Pass the
+    redactor the rows' trajectory was redacted with: a secret the messages hold gets the same
+    placeholder in the calls that repeat it, and new ones are numbered on from there.
+    """
+    slots: list[Slot] = []
+    for row in rows:
+        for key in CALL_TEXT_FIELDS:
+            value = row.get(key)
+            if isinstance(value, str):
+                slots.append((row, key))
+            elif isinstance(value, (dict, list)):
+                slots.extend(json_slots(value))
+    if not slots:
+        return 0
+    texts = [holder[key] for holder, key in slots]
+    new_texts, count = redactor.redact_texts(texts)
+    for (holder, key), old, new in zip(slots, texts, new_texts, strict=True):
+        if new is not old:
+            holder[key] = new
+    return count

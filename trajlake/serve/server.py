@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hmac
 import json
 import threading
@@ -22,6 +23,7 @@ from trajlake._http_server import (
     check_port,
     is_loopback,
     limited_application,
+    running_in_background,
     serve_until_stopped,
 )
 from trajlake.errors import missing_extra
@@ -264,26 +266,6 @@ def serve_in_background(
     benchmarks). `options` go to `run_server` (default port 0: a free one). The server stops
     when the block ends.
     """
-    bound: dict[str, Any] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def ready(host: str, port: int) -> None:
-        bound.update(host=host, port=port)
-        started.set()
-
-    def run() -> None:
-        try:
-            run_server(scorer, ready=ready, stop=stop, **{"port": 0, **options})
-        except BaseException as e:  # surfaced to the caller below
-            bound["error"] = e
-            started.set()
-
-    thread = threading.Thread(target=run, name="trajlake-serve", daemon=True)
-    thread.start()
-    try:
-        if not started.wait(timeout_s) or "error" in bound:
-            raise RuntimeError(f"the reranking server did not start: {bound.get('error')}")
-        yield f"http://{bound['host']}:{bound['port']}"
-    finally:
-        stop.set()
-        thread.join(timeout_s)
+    serve = functools.partial(run_server, scorer, **{"port": 0, **options})
+    with running_in_background(serve, "reranking server", timeout_s=timeout_s) as url:
+        yield url

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -151,6 +152,10 @@ def arguments_for_recipe(
         # With load_best_model_at_end the Trainer keeps the best checkpoint and the latest.
         "save_total_limit": 1,
         "dataloader_pin_memory": torch.cuda.is_available(),
+        # Launched as several processes (torchrun, accelerate) on a machine without CUDA,
+        # transformers trains every rank alone on all the data unless told to use the CPU; with
+        # it, the ranks train one model data-parallel (DDP over gloo).
+        "use_cpu": not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1,
         **_warmup(train.warmup_ratio),
         **_schedule(train.eval_every, selection is not None),
     }

@@ -4,9 +4,10 @@ A conversation read from a harness log and the same conversation recorded live b
 become the same canonical messages, so both sides map messages through these modules and no
 other layer's private code: `chat` (OpenAI chat completions), `responses` (Responses-API items),
 `anthropic` (Messages-API blocks), `parts` (content parts, inline media kept by sha256), `sse`
-(a stream folded back into its non-stream body) and `values` (the loose value coercions every
-format needs). Pure Python over the record types in `trajlake.schema`: nothing here reads files,
-talks HTTP or imports a layer above.
+(a stream folded back into its non-stream body), `threads` (calls that resend their history laid
+out as message threads) and `values` (the loose value coercions every format needs). Pure Python
+over the record types in `trajlake.schema`: nothing here reads files, talks HTTP or imports a
+layer above.
 """
 
 from __future__ import annotations
