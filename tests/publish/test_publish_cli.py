@@ -29,13 +29,13 @@ def _run(*args: str, code: int = 0, env: dict[str, str] | None = None) -> Result
     return result
 
 
-def _check_loads(folder: Path, lake: tl.Lake, cache: Path) -> dict[str, Any]:
-    """Every config of a dry-run folder loads with the lake's row count; the manifest."""
+def _check_loads(folder: Path, lake: tl.Lake, cache: Path, at: str | None = None) -> dict[str, Any]:
+    """Every config of a dry-run folder loads with the lake's row count (at `at`); the manifest."""
     manifest: dict[str, Any] = json.loads((folder / "manifest.json").read_text())
     assert manifest["tables"]
     for table, entry in manifest["tables"].items():
         loaded = datasets.load_dataset(str(folder), table, split="train", cache_dir=str(cache))
-        expected = lake.sql(f"SELECT count(*) AS n FROM {table}").to_dicts()[0]["n"]
+        expected = lake.sql(f"SELECT count(*) AS n FROM {table}", at=at).to_dicts()[0]["n"]
         assert loaded.num_rows == entry["rows"] == expected, table
     return manifest
 
@@ -138,7 +138,8 @@ def test_dry_run_on_the_demo_lake(tmp_path: Path) -> None:
     lake_dir = tmp_path / "demo"
     _run("demo", "--lake", str(lake_dir), "--quick")
     out = tmp_path / "ds"
-    _run("publish", "me/demo", "--lake", str(lake_dir), "--dry-run", str(out))
-    manifest = _check_loads(out, tl.open_lake(lake_dir), tmp_path / "cache")
+    # At the gen-1 tag: the head is the untagged snapshot of the reranker's stored scores.
+    _run("publish", "me/demo", "--lake", str(lake_dir), "--at", "gen-1", "--dry-run", str(out))
+    manifest = _check_loads(out, tl.open_lake(lake_dir), tmp_path / "cache", at="gen-1")
     assert {"trajectories", "messages", "credits"} <= set(manifest["tables"])
-    assert manifest["snapshot"]["tags"]
+    assert manifest["snapshot"]["tags"] == ["gen-1"]
