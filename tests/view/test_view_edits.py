@@ -28,7 +28,7 @@ def test_str_replace_editor_replacement() -> None:
             {
                 "kind": "str_replace",
                 "path": "/repo/a.py",
-                "diff": "--- a//repo/a.py\n+++ b//repo/a.py\n@@ -1,2 +1,2 @@\n def f():\n"
+                "diff": "--- a/repo/a.py\n+++ b/repo/a.py\n@@ -1,2 +1,2 @@\n def f():\n"
                 "-    return 1\n+    return 2\n",
             }
         ]
@@ -61,7 +61,7 @@ def test_claude_code_edit_multiedit_write() -> None:
         {
             "kind": "str_replace",
             "path": "/p/x.ex",
-            "diff": "--- a//p/x.ex\n+++ b//p/x.ex\n@@ -1 +1 @@\n-a\n+b\n",
+            "diff": "--- a/p/x.ex\n+++ b/p/x.ex\n@@ -1 +1 @@\n-a\n+b\n",
         }
     ]
     multi = _edits(

@@ -5,7 +5,7 @@ rollouts, redacts them and commits them in one snapshot per batch. A call is ans
 its record is spooled: `begin_call` spools the request before it is forwarded and `end_call` the
 answer before its last byte is sent, and both raise `SpoolError` when they cannot. `tick` (run by
 the server every few seconds) closes idle rollouts and rewrites the spool without what is
-committed.
+committed. A call's two lines themselves are built, redacted and appended by `_call_records`.
 
 Big calls (`offload_bytes`, 64 KiB) are recorded off the event loop (`begin_call_async`,
 `end_call_async`, through `_offload`): redacting, encoding and writing one 16 MiB request took
@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from trajlake.proxy._call_records import spool_answer, spool_in_process, spool_request
 from trajlake.proxy._committer import (
     IDLE_CLOSED,
     Committer,
@@ -298,7 +299,7 @@ class Recorder:
         state, ticket, fresh = self._open_call(rollout_id, meta, request is not _UNSET)
         if ticket.request_spooled:
             try:
-                event = self._spool_request(state, ticket, request, dialect, endpoint, stream)
+                event = spool_request(self.spool, state, ticket, request, dialect, endpoint, stream)
             except SpoolError:
                 self._not_opened(state, ticket, fresh)
                 raise
@@ -327,7 +328,7 @@ class Recorder:
         big = size >= self._offload.offload_bytes
 
         def work() -> dict[str, Any]:
-            return self._spool_request(state, ticket, request, dialect, endpoint, stream, big)
+            return spool_request(self.spool, state, ticket, request, dialect, endpoint, stream, big)
 
         def applied(event: dict[str, Any]) -> None:
             state.sent[ticket.call_id] = event
@@ -356,7 +357,9 @@ class Recorder:
         state, ticket, fresh = self._open_call(rollout_id, meta, True)
 
         def work() -> dict[str, Any]:
-            return self._spool_in_process(state, ticket, body, dialect, endpoint)
+            return spool_in_process(
+                self.spool, self._process, state, ticket, body, dialect, endpoint
+            )
 
         def applied(event: dict[str, Any]) -> None:
             state.sent[ticket.call_id] = event
@@ -365,44 +368,6 @@ class Recorder:
             state.queued, len(body), work, applied, lambda: self._not_opened(state, ticket, fresh)
         )
         return ticket, event["request"]
-
-    def _spool_in_process(
-        self, state: Rollout, ticket: CallTicket, body: bytes, dialect: str, endpoint: str
-    ) -> dict[str, Any]:
-        """`_spool_request` done by the recording process, which writes the request to a body
-        file; the line naming it is spooled here."""
-        event: dict[str, Any] = {
-            "kind": "request",
-            "rollout_id": ticket.rollout_id,
-            "call_id": ticket.call_id,
-            "seq": ticket.seq,
-            "dialect": dialect,
-            "endpoint": endpoint,
-            "stream": False,  # read from the body there
-            "started_at": ticket.started_at.isoformat(),
-        }
-        file = self.spool.body_path(ticket.call_id)
-        reply = self._process.request(
-            ticket.rollout_id,
-            body,
-            file,
-            state.redactor,
-            state.redacted,
-            state.shipped,
-            fsync=self.spool.fsync,
-        )
-        # What the redactor learnt is kept even if the write fails, as `state.redact` would.
-        state.redactor, state.redactions = reply.redactor, state.redactions + reply.found
-        state.redacted.update(reply.new_cache)
-        state.shipped = (reply.generation, len(state.redacted))
-        request = SpooledJSON(file, self.spool.bodies.ref(file), reply.stream)
-        event = {**event, "stream": reply.stream, "request": request}
-        try:
-            self.spool.append(event, sync=False)
-        except SpoolError:
-            self.spool.bodies.discard([file])
-            raise
-        return event
 
     def _open_call(
         self, rollout_id: str, meta: Mapping[str, Any], spooled: bool
@@ -421,32 +386,6 @@ class Recorder:
         state.inflight += 1
         state.last_active = time.time()
         return state, ticket, fresh
-
-    def _spool_request(
-        self,
-        state: Rollout,
-        ticket: CallTicket,
-        request: Any,
-        dialect: str,
-        endpoint: str,
-        stream: bool,
-        big: bool = False,
-    ) -> dict[str, Any]:
-        """Redact and spool the request event (the costly part of `begin_call`)."""
-        event = {
-            "kind": "request",
-            "rollout_id": ticket.rollout_id,
-            "call_id": ticket.call_id,
-            "seq": ticket.seq,
-            "dialect": dialect,
-            "endpoint": endpoint,
-            "stream": stream,
-            "started_at": ticket.started_at.isoformat(),
-            "request": state.redact(request),
-        }
-        # The answer's record is the one synced; a big one is encoded in pieces (see `Spool`).
-        self.spool.append(event, sync=False, in_pieces=big)
-        return event
 
     def _not_opened(self, state: Rollout, ticket: CallTicket, fresh: bool) -> None:
         """Undo `_open_call` for a call whose request could not be spooled."""
@@ -477,7 +416,7 @@ class Recorder:
         """
         answer = Answer(dialect, endpoint, stream, request, response, status_code, error)
         state, sent, latency_ms = self._close_call(ticket)
-        kept, failure = self._spool_answer(state, ticket, sent, latency_ms, answer)
+        kept, failure = spool_answer(self.spool, state, ticket, sent, latency_ms, answer)
         state.calls.append(kept)
         if failure is not None:
             raise failure
@@ -507,7 +446,7 @@ class Recorder:
         big = size >= self._offload.offload_bytes
 
         def work() -> tuple[dict[str, Any], SpoolError | None]:
-            return self._spool_answer(state, ticket, sent, latency_ms, answer, big)
+            return spool_answer(self.spool, state, ticket, sent, latency_ms, answer, big)
 
         def applied(result: tuple[dict[str, Any], SpoolError | None]) -> None:
             state.calls.append(result[0])
@@ -526,48 +465,6 @@ class Recorder:
         state.last_active = time.time()
         sent = state.sent.pop(ticket.call_id, None)
         return state, sent, (time.perf_counter() - ticket.started) * 1000.0
-
-    def _spool_answer(
-        self,
-        state: Rollout,
-        ticket: CallTicket,
-        sent: dict[str, Any] | None,
-        latency_ms: float,
-        answer: Answer,
-        big: bool = False,
-    ) -> tuple[dict[str, Any], SpoolError | None]:
-        """Redact and spool the call record (the costly part of `end_call`): the record to
-        keep, and the error when it could not be spooled (then kept as a failed call)."""
-        record = {
-            "kind": "call",
-            "rollout_id": ticket.rollout_id,
-            "call_id": ticket.call_id,
-            "seq": ticket.seq,
-            "dialect": answer.dialect,
-            "endpoint": answer.endpoint,
-            "stream": answer.stream,
-            "status_code": answer.status_code,
-            "error": state.redact(answer.error),
-            "started_at": ticket.started_at.isoformat(),
-            "latency_ms": latency_ms,
-            "meta": state.meta,
-            "request": sent["request"] if sent is not None else state.redact(answer.request),
-        }
-        record["response"] = state.redact(answer.response)
-        try:
-            self._spool_call(record, sent is not None, big)
-        except SpoolError as e:
-            failed = {**record, "response": None, "error": f"the proxy could not record it: {e}"}
-            with contextlib.suppress(SpoolError):  # small: it may fit where the answer did not
-                self._spool_call(failed, sent is not None)
-            log.error("refusing a call the proxy could not record: %s", e)
-            return failed, e
-        return record, None
-
-    def _spool_call(self, record: dict[str, Any], request_spooled: bool, big: bool = False) -> None:
-        if request_spooled:
-            record = {k: v for k, v in record.items() if k != "request"}
-        self.spool.append(record, in_pieces=big)
 
     async def settled(self, rollout_id: str) -> None:
         """Wait until the rollout's work on the worker thread is done and applied (before

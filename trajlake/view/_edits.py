@@ -27,9 +27,15 @@ Edit = dict[str, Any]
 """`{"kind": "str_replace"|"write"|"patch"|"sed", "path": str|None, "diff": str}`."""
 
 
+def _git_name(path: str | None) -> str:
+    """The file name after git's `a/` and `b/` (an absolute path loses its leading slash, as in
+    `git diff --no-index`)."""
+    return (path or "").lstrip("/") or "file"
+
+
 def unified(path: str | None, before: str, after: str, *, start: int = 1) -> str:
     """A unified diff of two texts (`start`: the first line's number in the file)."""
-    name = path or "file"
+    name = _git_name(path)
     lines = difflib.unified_diff(
         before.splitlines(keepends=True),
         after.splitlines(keepends=True),
@@ -143,9 +149,10 @@ def _codex_patch(body: str) -> list[Edit]:
             added = "".join(line[1:] + "\n" for line in chunk.splitlines() if line.startswith("+"))
             diff = unified(path, "", added)
         elif action == "Delete":
-            diff = f"--- a/{path}\n+++ /dev/null\n"
+            diff = f"--- a/{_git_name(path)}\n+++ /dev/null\n"
         else:
-            diff = f"--- a/{path}\n+++ b/{path}\n" + (chunk + "\n" if chunk else "")
+            name = _git_name(path)
+            diff = f"--- a/{name}\n+++ b/{name}\n" + (chunk + "\n" if chunk else "")
         edits.append({"kind": "patch", "path": path, "diff": diff})
     return edits
 
@@ -183,7 +190,7 @@ def _sed_edits(command: str) -> list[Edit]:
                 continue
             old, new = match.group(2), match.group(3)
             for path in files or [None]:
-                name = path or "file"
+                name = _git_name(path)
                 diff = f"--- a/{name}\n+++ b/{name}\n@@ sed {script} @@\n-{old}\n+{new}\n"
                 edits.append({"kind": "sed", "path": path, "diff": diff})
     return edits
