@@ -20,7 +20,7 @@ from trajlake.cli.options import (
     split_options,
     where_option,
 )
-from trajlake.cli.output import JsonOutput
+from trajlake.cli.output import emit_report
 from trajlake.cli.progress import progress_for
 
 _SHARE = click.FloatRange(0.0, 1.0)
@@ -146,7 +146,4 @@ def groups(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
-    if output == "json":
-        JsonOutput().emit(report.to_dict())
-    else:
-        click.echo(report.summary())
+    emit_report(report, output)

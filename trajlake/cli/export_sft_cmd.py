@@ -18,7 +18,7 @@ from trajlake.cli.options import (
     split_options,
     where_option,
 )
-from trajlake.cli.output import JsonOutput
+from trajlake.cli.output import emit_report
 from trajlake.cli.progress import progress_for
 from trajlake.credit.masks import MASK_RULES
 from trajlake.export._sft_formats import SFT_FORMATS
@@ -140,7 +140,4 @@ def sft(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
-    if output == "json":
-        JsonOutput().emit(report.to_dict())
-    else:
-        click.echo(report.summary())
+    emit_report(report, output)

@@ -19,7 +19,7 @@ import sys
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 import pyarrow as pa
@@ -105,6 +105,22 @@ def tags_by_snapshot(tags: Sequence[Tag]) -> dict[int, list[str]]:
 def snapshot_dict(snapshot: Snapshot, tags: Sequence[str]) -> dict[str, Any]:
     """JSON form of a log entry, with the tags that name it."""
     return {**dataclasses.asdict(snapshot), "tags": list(tags)}
+
+
+class SummarisedReport(Protocol):
+    """A command's report: a JSON form and a text summary (export sft / groups, publish)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def summary(self) -> str: ...
+
+
+def emit_report(report: SummarisedReport, output: str) -> None:
+    """Print `report` as `--output` asks: one JSON document, or its text summary."""
+    if output == "json":
+        click.echo(dumps(report.to_dict()))
+    else:
+        click.echo(report.summary())
 
 
 class Output(ABC):

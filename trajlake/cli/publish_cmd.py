@@ -19,7 +19,7 @@ from trajlake.cli.options import (
     parse_storage_options,
     shard_size_option,
 )
-from trajlake.cli.output import JsonOutput
+from trajlake.cli.output import emit_report
 from trajlake.cli.progress import progress_for
 
 
@@ -150,7 +150,4 @@ def publish(
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from e
-    if output == "json":
-        JsonOutput().emit(report.to_dict())
-    else:
-        click.echo(report.summary())
+    emit_report(report, output)
